@@ -1,0 +1,210 @@
+package runlog
+
+// This file is the event schema: the contract between the run log and every
+// package that records facts (controller, rollout, train). Field meanings are
+// documented here; the binary encoding lives in encode.go.
+
+// Kind names an event type. Values are part of the on-disk format: append
+// new kinds at the end, never renumber.
+type Kind uint8
+
+// Event kinds.
+const (
+	KindRunStarted Kind = 1 + iota
+	KindPromptAdmitted
+	KindAttemptStarted
+	KindCallFinished
+	KindEnvStep
+	KindCompaction
+	KindRolloutSealed
+	KindRolloutFailed
+	KindGroupCommitted
+	KindStepTrained
+	KindCheckpointDurable
+	KindSnapshotWritten
+)
+
+// GroupID names a prompt group. It is derived from (run seed, epoch, cursor)
+// by NewGroupID, never from the clock or a random source.
+type GroupID uint64
+
+// RolloutID names one member of a group.
+type RolloutID struct {
+	Group  GroupID
+	Member uint16
+}
+
+// Event is one fact appended to the run log.
+type Event interface{ Kind() Kind }
+
+// RunStarted is the first event of a run.
+type RunStarted struct {
+	ConfigDigest [32]byte // SHA-256 of the canonical config
+	Seed         uint64
+	Mode         string // "deterministic" or "throughput"
+}
+
+// PromptAdmitted records that the data cursor handed out one prompt; the
+// group of its rollouts starts to exist here.
+type PromptAdmitted struct {
+	Epoch    uint32
+	Cursor   uint64 // position in the epoch's shuffled order, 0-based
+	PromptID string
+	Group    GroupID
+	Size     uint16 // rollouts in the group (G)
+}
+
+// AttemptStarted opens a try at a rollout. Attempt numbers start at 1 and
+// only grow: an attempt fences every older one.
+type AttemptStarted struct {
+	Rollout RolloutID
+	Attempt uint32
+	Seed    uint64 // the attempt's sampling seed
+	Version int64  // policy version that will generate its calls
+}
+
+// Finish reasons of a call.
+const (
+	FinishStop   = "stop"   // a stop token was sampled
+	FinishLength = "length" // max new tokens reached
+)
+
+// CallFinished is the evidence of one model call.
+//
+// The prompt is stored as a delta on the rollout's previous context (the
+// previous call's prompt followed by its sampled tokens): the first
+// PromptPrefix tokens of this prompt equal that context's first PromptPrefix
+// tokens, and PromptSuffix follows them. A call whose prompt extends the
+// previous context has PromptPrefix == len(previous context); a rewrite
+// (first call, or after a compaction) has PromptPrefix == 0.
+type CallFinished struct {
+	Rollout      RolloutID
+	Attempt      uint32
+	Call         uint32 // index of the call within the rollout, from 0, over all attempts
+	PromptPrefix uint32
+	PromptSuffix []int32
+	Sampled      []int32
+	Logprobs     []float32 // one per sampled token
+	Finish       string
+	Version      int64
+	// Selected is false for a sample the agent's validator rejected; such a
+	// call is kept for analysis and never trained, and the previous context
+	// for the next call stays what it was before it.
+	Selected bool
+	Reject   string // why it was rejected, when !Selected
+}
+
+// EnvStep records one environment transition, after the agent's action.
+type EnvStep struct {
+	Rollout     RolloutID
+	Attempt     uint32
+	Turn        uint32
+	Action      string
+	Observation string
+	Reward      float64
+	Done        bool
+	// State is the environment's snapshot after the step, when it supports
+	// snapshot/restore; empty otherwise.
+	State []byte
+}
+
+// LineageOp says what a compaction did to one message.
+type LineageOp uint8
+
+// Lineage operations.
+const (
+	OpKept LineageOp = 1 + iota
+	OpDropped
+	OpReplaced   // e.g. an old tool output replaced by a marker
+	OpSummarized // folded into a summary message
+)
+
+// Lineage is the fate of one message of the pre-compaction context.
+type Lineage struct {
+	Message uint32 // index in the pre-compaction message list
+	Op      LineageOp
+}
+
+// Compaction declares a boundary: the rollout's context was rewritten by a
+// policy, so the next call's prompt may break the token prefix.
+type Compaction struct {
+	Rollout      RolloutID
+	Attempt      uint32
+	Boundary     uint32 // 0-based count of compactions in the rollout
+	AfterCall    uint32 // the boundary lies between call AfterCall and AfterCall+1
+	Policy       string
+	Lineage      []Lineage
+	TokensBefore uint32
+	TokensAfter  uint32
+}
+
+// Outcomes of a sealed rollout.
+const (
+	OutcomeCompleted = "completed"
+	OutcomeMaxTurns  = "max_turns"
+	OutcomeMaxTokens = "max_tokens"
+)
+
+// RolloutSealed ends a rollout with its reward.
+type RolloutSealed struct {
+	Rollout RolloutID
+	Attempt uint32
+	Outcome string
+	Reward  float64
+	Success bool
+}
+
+// Failure classes.
+const (
+	ClassInfra = "infra"
+	ClassData  = "data"
+)
+
+// RolloutFailed ends an attempt with a typed failure.
+type RolloutFailed struct {
+	Rollout RolloutID
+	Attempt uint32
+	Class   string
+	Reason  string
+}
+
+// GroupCommitted says every member of the group is sealed (or failed for
+// good) and the group may be trained.
+type GroupCommitted struct {
+	Group GroupID
+}
+
+// StepTrained records one optimizer step over committed groups.
+type StepTrained struct {
+	Step    int64 // 1-based
+	Groups  []GroupID
+	Version int64 // the version this step published
+}
+
+// CheckpointDurable records a trainer checkpoint that is complete on disk.
+type CheckpointDurable struct {
+	Step           int64
+	Version        int64
+	Path           string // relative to the run directory
+	ManifestDigest [32]byte
+}
+
+// SnapshotWritten records a run-state snapshot covering the log up to
+// Offset (exclusive).
+type SnapshotWritten struct {
+	Offset uint64
+	Path   string
+}
+
+func (RunStarted) Kind() Kind        { return KindRunStarted }
+func (PromptAdmitted) Kind() Kind    { return KindPromptAdmitted }
+func (AttemptStarted) Kind() Kind    { return KindAttemptStarted }
+func (CallFinished) Kind() Kind      { return KindCallFinished }
+func (EnvStep) Kind() Kind           { return KindEnvStep }
+func (Compaction) Kind() Kind        { return KindCompaction }
+func (RolloutSealed) Kind() Kind     { return KindRolloutSealed }
+func (RolloutFailed) Kind() Kind     { return KindRolloutFailed }
+func (GroupCommitted) Kind() Kind    { return KindGroupCommitted }
+func (StepTrained) Kind() Kind       { return KindStepTrained }
+func (CheckpointDurable) Kind() Kind { return KindCheckpointDurable }
+func (SnapshotWritten) Kind() Kind   { return KindSnapshotWritten }
