@@ -22,6 +22,7 @@ const (
 	KindStepTrained
 	KindCheckpointDurable
 	KindSnapshotWritten
+	KindRewound
 )
 
 // GroupID names a prompt group. It is derived from (run seed, epoch, cursor)
@@ -52,6 +53,7 @@ type PromptAdmitted struct {
 	PromptID string
 	Group    GroupID
 	Size     uint16 // rollouts in the group (G)
+	Step     int64  // the training step the schedule assigned this group to
 }
 
 // AttemptStarted opens a try at a rollout. Attempt numbers start at 1 and
@@ -196,6 +198,15 @@ type SnapshotWritten struct {
 	Path   string
 }
 
+// Rewound records a resume from a checkpoint older than the log's last
+// trained step: steps after Step are undone, their groups go back to
+// committed-not-trained, and the trainer stands at Step and Version again.
+type Rewound struct {
+	Step    int64
+	Version int64
+}
+
+func (Rewound) Kind() Kind           { return KindRewound }
 func (RunStarted) Kind() Kind        { return KindRunStarted }
 func (PromptAdmitted) Kind() Kind    { return KindPromptAdmitted }
 func (AttemptStarted) Kind() Kind    { return KindAttemptStarted }

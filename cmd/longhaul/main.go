@@ -27,6 +27,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTrainCmd(), newInspectCmd())
+	root.AddCommand(newTrainCmd(), newInspectCmd(), newServeCmd(), newServeTrainerCmd(), newBenchCmd(), newPlotCmd())
 	return root
 }

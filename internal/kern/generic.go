@@ -5,3 +5,16 @@ package kern
 func matMul(c, a, b []float32, m, k, n int, acc bool)   { RefMatMul(c, a, b, m, k, n, acc) }
 func matMulNT(c, a, b []float32, m, k, n int, acc bool) { RefMatMulNT(c, a, b, m, k, n, acc) }
 func matMulTN(c, a, b []float32, m, k, n int, acc bool) { RefMatMulTN(c, a, b, m, k, n, acc) }
+
+func mmRows(kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) {
+	refRows(kind, c, a, b, m, k, n, acc, r0, r1)
+}
+
+func dot(a, b []float32) float32                   { return refDot(a, b) }
+func axpy(y []float32, alpha float32, x []float32) { refAxpy(y, alpha, x) }
+func scale(x []float32, alpha float32)             { refScale(x, alpha) }
+func expInPlace(x []float32)                       { refExp(x) }
+func softmax(x []float32)                          { refSoftmax(x) }
+
+// SIMDPath names the kernel path in use: "portable" in this build.
+func SIMDPath() string { return "portable" }

@@ -2,7 +2,371 @@
 
 package kern
 
-// Placeholder until the SIMD kernels land: same results as the reference.
-func matMul(c, a, b []float32, m, k, n int, acc bool)   { RefMatMul(c, a, b, m, k, n, acc) }
-func matMulNT(c, a, b []float32, m, k, n int, acc bool) { RefMatMulNT(c, a, b, m, k, n, acc) }
-func matMulTN(c, a, b []float32, m, k, n int, acc bool) { RefMatMulTN(c, a, b, m, k, n, acc) }
+//go:generate sh -c "python3 gen_kernels.py > kernels_amd64.go && gofmt -w kernels_amd64.go"
+
+import (
+	"simd/archsimd"
+	"sync"
+	"unsafe"
+)
+
+// Instruction-set paths. The CPU flags are read once and never written.
+const (
+	isaRef    = iota // portable reference (no FMA)
+	isaAVX2          // AVX2 + FMA, ymm micro-kernels
+	isaAVX512        // AVX-512 F/CD/BW/DQ/VL, zmm micro-kernels
+)
+
+var bestISA = func() int {
+	switch {
+	case archsimd.X86.AVX512():
+		return isaAVX512
+	case archsimd.X86.AVX2() && archsimd.X86.FMA():
+		return isaAVX2
+	}
+	return isaRef
+}()
+
+// SIMDPath names the kernel path in use: "avx512", "avx2" or "portable".
+func SIMDPath() string { return isaName(bestISA) }
+
+func isaName(isa int) string {
+	switch isa {
+	case isaAVX512:
+		return "avx512"
+	case isaAVX2:
+		return "avx2"
+	}
+	return "portable"
+}
+
+const (
+	kcBlk    = 256 // reduction block: partial sums go through C between blocks
+	panelW   = 64  // widest B panel (AVX-512 2×64 GEMV-like kernel)
+	packMinM = 128 // NN/TN: pack B panels only when at least this many rows reuse them (BenchmarkPackPolicy)
+)
+
+// panel is the per-call scratch for a packed, zero-padded B panel.
+type panel [kcBlk * panelW]float32
+
+// scratch is what one call borrows from the pool: the B panel and, for TN
+// with many rows, a row-major copy of the current k-block of Aᵀ (grown on
+// demand, then reused).
+type scratch struct {
+	b  panel
+	at []float32
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// packATMinM: TN reads A(i, p) = a[p*m + i] with stride m, which thrashes L1
+// sets for large m; from this many rows on, each k-block of Aᵀ is
+// transposed into a row-major buffer first (BenchmarkMatMul/TN).
+const packATMinM = 64
+
+// packAT writes dst[i*ld + p] = A(i, kb+p) for i < m, p < kc, with A in TN
+// layout (A(i, p) = A.s[i + p*A.cs]), by 16×16 register transposes. It may
+// write up to the next multiples of 16 in both i and p; dst must hold
+// roundup16(m)·ld with ld ≥ roundup16(kc).
+func packAT(dst []float32, ld int, A operand, m, kb, kc int) {
+	for p0 := 0; p0 < kc; p0 += 16 {
+		np := min(16, kc-p0)
+		for i0 := 0; i0 < m; i0 += 16 {
+			ni := min(16, m-i0)
+			d := dst[i0*ld+p0:]
+			if np == 16 && ni == 16 {
+				transpose16(A.s[(kb+p0)*A.cs+i0:], A.cs, d, ld)
+				continue
+			}
+			var t [256]float32
+			for r := 0; r < np; r++ {
+				copy(t[r*16:r*16+ni], A.s[(kb+p0+r)*A.cs+i0:])
+			}
+			transpose16(t[:], 16, d, ld)
+		}
+	}
+}
+
+func matMul(c, a, b []float32, m, k, n int, acc bool) {
+	checkDims(c, a, b, m, k, n)
+	mmISA(bestISA, kindNN, c, a, b, m, k, n, acc, 0, m)
+}
+
+func matMulNT(c, a, b []float32, m, k, n int, acc bool) {
+	checkDims(c, a, b, m, k, n)
+	mmISA(bestISA, kindNT, c, a, b, m, k, n, acc, 0, m)
+}
+
+func matMulTN(c, a, b []float32, m, k, n int, acc bool) {
+	checkDims(c, a, b, m, k, n)
+	mmISA(bestISA, kindTN, c, a, b, m, k, n, acc, 0, m)
+}
+
+func mmRows(kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) {
+	mmISA(bestISA, kind, c, a, b, m, k, n, acc, r0, r1)
+}
+
+// operand describes a strided matrix: X(r, q) = s[r*rs + q*cs].
+type operand struct {
+	s      []float32
+	rs, cs int
+}
+
+// mmISA computes output rows [r0, r1) of the product of the given kind on
+// the given path. Dimensions must already be checked.
+func mmISA(isa, kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) {
+	if isa == isaRef {
+		refRows(kind, c, a, b, m, k, n, acc, r0, r1)
+		return
+	}
+	rows := r1 - r0
+	if rows <= 0 || n == 0 {
+		return
+	}
+	cc := c[r0*n : r1*n]
+	if k == 0 {
+		if !acc {
+			clear(cc)
+		}
+		return
+	}
+	var A, B operand
+	switch kind {
+	case kindNN:
+		A = operand{a[r0*k:], k, 1}
+		B = operand{b, n, 1}
+	case kindNT:
+		A = operand{a[r0*k:], k, 1}
+		B = operand{b, 1, k}
+	default:
+		A = operand{a[r0:], 1, m}
+		B = operand{b, n, 1}
+	}
+	sc := scratchPool.Get().(*scratch)
+	if isa == isaAVX512 {
+		gemm512(cc, n, A, B, rows, k, n, acc, rows < packMinM, sc)
+	} else {
+		gemm256(cc, n, A, B, rows, k, n, acc, rows < packMinM, &sc.b)
+	}
+	scratchPool.Put(sc)
+}
+
+// bPanel returns B(kb.., jb..) as a base pointer and a byte stride between
+// consecutive p, either in place (contiguous columns, full width, few rows)
+// or packed zero-padded into buf with row stride W.
+func bPanel(B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) (unsafe.Pointer, uintptr) {
+	if inPlace && B.cs == 1 && w == W {
+		return unsafe.Pointer(&B.s[kb*B.rs+jb]), uintptr(B.rs) * 4
+	}
+	dst := buf[:kc*W]
+	if B.cs == 1 {
+		for pp := 0; pp < kc; pp++ {
+			d := dst[pp*W : pp*W+W]
+			copy(d, B.s[(kb+pp)*B.rs+jb:][:w])
+			clear(d[w:])
+		}
+	} else if bestISA == isaAVX512 && W%16 == 0 {
+		// B(p, j) = B.s[j*B.cs + p]: transpose 16×16 blocks in registers.
+		for jj0 := 0; jj0 < W; jj0 += 16 {
+			nr := w - jj0
+			for p0 := 0; p0 < kc; p0 += 16 {
+				nq := min(16, kc-p0)
+				d := buf[p0*W+jj0:]
+				if nr <= 0 {
+					for q := 0; q < nq; q++ {
+						clear(d[q*W : q*W+16])
+					}
+					continue
+				}
+				if nr >= 16 && nq == 16 {
+					transpose16(B.s[(jb+jj0)*B.cs+kb+p0:], B.cs, d, W)
+					continue
+				}
+				// Partial block: through a zero-padded 16×16 copy. The
+				// transpose may write panel rows p ≥ kc; they are never read
+				// and stay inside buf (p0+16 ≤ kcBlk).
+				var t [256]float32
+				for r := 0; r < min(nr, 16); r++ {
+					copy(t[r*16:r*16+nq], B.s[(jb+jj0+r)*B.cs+kb+p0:])
+				}
+				transpose16(t[:], 16, d, W)
+			}
+		}
+	} else {
+		if w < W {
+			for pp := 0; pp < kc; pp++ {
+				clear(dst[pp*W+w : pp*W+W])
+			}
+		}
+		for jj := 0; jj < w; jj++ {
+			src := B.s[(jb+jj)*B.cs+kb*B.rs:][:kc]
+			d := dst[jj:]
+			for pp, v := range src {
+				d[pp*W] = v
+			}
+		}
+	}
+	return unsafe.Pointer(&dst[0]), uintptr(W) * 4
+}
+
+// gemm512 is the AVX-512 driver: K-blocks of kcBlk; for m ≥ 4, column
+// panels 32 wide (16 for a last remainder ≤ 16) with 4-row tiles and 2/1-row
+// tails; for m < 4 (GEMV-like), 64-wide panels read in place with 2/1-row
+// tiles, and 128-wide ones for m = 1. The tile shapes were chosen by BenchmarkMicroKernel.
+func gemm512(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, sc *scratch) {
+	buf := &sc.b
+	packA := A.rs == 1 && A.cs != 1 && m >= packATMinM
+	for kb := 0; kb < k; kb += kcBlk {
+		kc := min(kcBlk, k-kb)
+		load := acc || kb > 0
+		ar, ap := uintptr(A.rs)*4, uintptr(A.cs)*4
+		a0 := unsafe.Pointer(&A.s[kb*A.cs])
+		if packA {
+			ld := (kc + 15) &^ 15
+			need := ((m + 15) &^ 15) * ld
+			if cap(sc.at) < need {
+				sc.at = make([]float32, need)
+			}
+			at := sc.at[:need]
+			packAT(at, ld, A, m, kb, kc)
+			ar, ap = uintptr(ld)*4, 4
+			a0 = unsafe.Pointer(&at[0])
+		}
+		for jb := 0; jb < n; {
+			rem := n - jb
+			W := 32
+			switch {
+			case rem <= 16:
+				W = 16
+			case m == 1 && inPlace && rem >= 128 && B.cs == 1:
+				W = 128
+			case m < 4 && rem > 32:
+				W = 64
+			}
+			w := min(W, rem)
+			bp, bs := bPanel(B, kb, kc, jb, w, W, inPlace, buf)
+			i := 0
+			switch W {
+			case 128:
+				z1x128(kc, a0, ar, ap, bp, bs, c[jb:], ldc, w, load)
+			case 64:
+				for ; i+2 <= m; i += 2 {
+					z2x64(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+				if i < m {
+					z1x64(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+			case 32:
+				for ; i+4 <= m; i += 4 {
+					z4x32(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+				if i+2 <= m {
+					z2x32(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+					i += 2
+				}
+				if i < m {
+					z1x32(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+			default:
+				for ; i+4 <= m; i += 4 {
+					z4x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+				if i+2 <= m {
+					z2x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+					i += 2
+				}
+				if i < m {
+					z1x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+			}
+			jb += W
+		}
+	}
+}
+
+// gemm256 is the AVX2+FMA driver: column panels of 16/8, row tiles of 4.
+func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel) {
+	ar, ap := uintptr(A.rs)*4, uintptr(A.cs)*4
+	for kb := 0; kb < k; kb += kcBlk {
+		kc := min(kcBlk, k-kb)
+		load := acc || kb > 0
+		a0 := unsafe.Pointer(&A.s[kb*A.cs])
+		for jb := 0; jb < n; {
+			W := 16
+			if n-jb <= 8 {
+				W = 8
+			}
+			w := min(W, n-jb)
+			bp, bs := bPanel(B, kb, kc, jb, w, W, inPlace, buf)
+			i := 0
+			if W == 16 {
+				for ; i+4 <= m; i += 4 {
+					y4x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+				for ; i < m; i++ {
+					y1x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+			} else {
+				for ; i+4 <= m; i += 4 {
+					y4x8(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+				for ; i < m; i++ {
+					y1x8(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+			}
+			jb += W
+		}
+	}
+}
+
+// C tile loads/stores: columns [off, off+lanes) of a row, only the first w
+// are real (the rest are zero on load and not written on store). Partial
+// vectors go through a local array: archsimd's Load/StoreSlicePart build an
+// over-long array pointer that -race's checkptr rejects near the end of an
+// allocation.
+
+func ld16(c []float32, off, w int) archsimd.Float32x16 {
+	if off+16 <= w {
+		return archsimd.LoadFloat32x16Slice(c[off:])
+	}
+	var t [16]float32
+	if off < w {
+		copy(t[:], c[off:w])
+	}
+	return archsimd.LoadFloat32x16(&t)
+}
+
+func st16(v archsimd.Float32x16, c []float32, off, w int) {
+	if off+16 <= w {
+		v.StoreSlice(c[off:])
+		return
+	}
+	if off < w {
+		var t [16]float32
+		v.Store(&t)
+		copy(c[off:w], t[:])
+	}
+}
+
+func ld8(c []float32, off, w int) archsimd.Float32x8 {
+	if off+8 <= w {
+		return archsimd.LoadFloat32x8Slice(c[off:])
+	}
+	var t [8]float32
+	if off < w {
+		copy(t[:], c[off:w])
+	}
+	return archsimd.LoadFloat32x8(&t)
+}
+
+func st8(v archsimd.Float32x8, c []float32, off, w int) {
+	if off+8 <= w {
+		v.StoreSlice(c[off:])
+		return
+	}
+	if off < w {
+		var t [8]float32
+		v.Store(&t)
+		copy(c[off:w], t[:])
+	}
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""Cross-check the Go model against PyTorch, and time a training step in each.
+
+    GOEXPERIMENT=simd go run ./bench/dump -out /tmp/lhcmp
+    /usr/bin/python3 bench/torch_compare.py /tmp/lhcmp
+
+bench/dump writes model.safetensors + config.json (the Go model after a few SFT
+steps), and fixture.json (fixed token sequences, the Go logits for them, and
+the Go training-step times). This script parses the safetensors file itself
+(8-byte little-endian header length, JSON header, raw data), builds the same
+architecture in PyTorch (RMSNorm, rope "rotate_half" or learned positions,
+causal MHA, SwiGLU, tied head; linear weights stored [in, out]), checks the
+logits agree (max abs diff <= 1e-4), then times forward + backward + AdamW on
+the same batch shape and SFT loss as Go and prints the ratio.
+Needs only Debian's python3-torch (1.13).
+"""
+import json
+import math
+import struct
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", (name, info["dtype"])
+        b, e = info["data_offsets"]
+        # little-endian float32, the only dtype the Go writer emits
+        arr = torch.frombuffer(bytearray(body[b:e]), dtype=torch.float32)
+        out[name] = arr.reshape(info["shape"]).clone()
+    return out, header.get("__metadata__", {})
+
+
+class Model(torch.nn.Module):
+    def __init__(self, cfg, weights):
+        super().__init__()
+        self.cfg = cfg
+        self.p = torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(v.clone()) for k, v in weights.items()})
+        hs = cfg["hidden_size"] // cfg["num_attention_heads"]
+        ctx = cfg["max_position_embeddings"]
+        if cfg["position_embedding_type"] == "rope":
+            # float64 angles rounded to float32, as model/layers.go ropeTables
+            half = hs // 2
+            pos = torch.arange(ctx, dtype=torch.float64)[:, None]
+            freq = torch.tensor([float(cfg["rope_theta"]) ** (-(2 * i) / hs) for i in range(half)], dtype=torch.float64)[None, :]
+            ang = pos * freq
+            cos = torch.cos(ang).to(torch.float32)
+            sin = torch.sin(ang).to(torch.float32)
+            self.cos = torch.cat([cos, cos], -1)
+            self.sin = torch.cat([sin, sin], -1)
+
+    def w(self, name):
+        return self.p[name.replace(".", "_")]
+
+    def rmsnorm(self, x, g):
+        eps = self.cfg["rms_norm_eps"]
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+    def rope(self, x, T):
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * self.cos[:T] + rot * self.sin[:T]
+
+    def forward(self, tokens):
+        cfg = self.cfg
+        B, T = tokens.shape
+        d, H = cfg["hidden_size"], cfg["num_attention_heads"]
+        hs, Fh = d // H, cfg["intermediate_size"]
+        x = self.w("wte")[tokens]
+        if cfg["position_embedding_type"] == "learned":
+            x = x + self.w("wpe")[:T]
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        for l in range(cfg["num_hidden_layers"]):
+            pre = f"layers.{l}."
+            h = self.rmsnorm(x, self.w(pre + "ln1.weight"))
+            qkv = h @ self.w(pre + "attn.qkv.weight")
+            q, k, v = qkv.split(d, -1)
+            q, k, v = (t.view(B, T, H, hs).transpose(1, 2) for t in (q, k, v))
+            if cfg["position_embedding_type"] == "rope":
+                q, k = self.rope(q, T), self.rope(k, T)
+            att = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
+            att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+            o = (att @ v).transpose(1, 2).reshape(B, T, d)
+            x = x + o @ self.w(pre + "attn.proj.weight")
+            h = self.rmsnorm(x, self.w(pre + "ln2.weight"))
+            gate, up = (h @ self.w(pre + "mlp.fc.weight")).split(Fh, -1)
+            x = x + (F.silu(gate) * up) @ self.w(pre + "mlp.proj.weight")
+        x = self.rmsnorm(x, self.w("lnf.weight"))
+        return x @ self.w("wte").t()
+
+
+def time_steps(model, tokens, steps, threads):
+    torch.set_num_threads(threads)
+    decay = [p for n, p in model.p.items() if p.dim() >= 2]
+    no_decay = [p for n, p in model.p.items() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    times = []
+    for i in range(steps + 2):
+        t0 = time.perf_counter()
+        logits = model(tokens)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if i >= 2:  # warm-up steps excluded
+            times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def main():
+    d = sys.argv[1] if len(sys.argv) > 1 else "/tmp/lhcmp"
+    cfg = json.load(open(f"{d}/config.json"))
+    fx = json.load(open(f"{d}/fixture.json"))
+    weights, meta = read_safetensors(f"{d}/model.safetensors")
+    model = Model(cfg, weights)
+    V = cfg["vocab_size"]
+    off, worst = 0, 0.0
+    with torch.no_grad():
+        for toks in fx["tokens"]:
+            T = len(toks)
+            want = torch.tensor(fx["logits"][off:off + T * V], dtype=torch.float32).view(T, V)
+            off += T * V
+            got = model(torch.tensor([toks]))[0]
+            worst = max(worst, (got - want).abs().max().item())
+    ok = worst <= 1e-4
+    print(f"logits: max |torch - go| = {worst:.3e} over {len(fx['tokens'])} sequences ({'OK' if ok else 'NOT OK'}, bound 1e-4)")
+
+    B, T = fx["batch_size"], fx["seq_len"]
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    go_best = min(fx["go_step_ms"])
+    print(f"go     {B}x{T} SFT step: best {go_best:7.1f} ms  ({B * T / go_best * 1000:8.0f} tok/s, kern {fx['go_kernel_path']})")
+    for threads in (1, 2):
+        t = time_steps(Model(cfg, weights), tokens, 8, threads)
+        best = min(t)
+        print(f"torch  {B}x{T} SFT step: best {best:7.1f} ms  ({B * T / best * 1000:8.0f} tok/s, {threads} thread(s), torch {torch.__version__})"
+              f"  -> Go is {best / go_best:.2f}x faster")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/longhaul-rl/longhaul/internal/runner"
+	"github.com/longhaul-rl/longhaul/server"
+)
+
+// fakeModelName is what --fake-backend serves.
+const fakeModelName = "longhaul-fake"
+
+func newServeCmd() *cobra.Command {
+	var (
+		host, weights, apiKey string
+		port                  int
+		maxBody               int64
+		fake                  bool
+		cfgPath               string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve [--weights PATH] [--config FILE] [key=value ...]",
+		Short: "serve a generator over an OpenAI-compatible HTTP API",
+		Long: `serve answers /v1/completions, /v1/chat/completions, /tokenize, /detokenize,
+/v1/models, /health, /metrics and POST /update_weights_from_disk (see docs/serving.md).
+It binds 127.0.0.1 unless --host says otherwise; set --api-key (or LONGHAUL_API_KEY)
+before exposing it.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if apiKey == "" {
+				apiKey = os.Getenv("LONGHAUL_API_KEY")
+			}
+			var be server.Backend
+			var err error
+			if fake {
+				be = server.NewFake(0).Backend(fakeModelName)
+			} else {
+				if weights == "" {
+					return errors.New("serve: --weights is required")
+				}
+				cfg, _, err := loadConfig(cfgPath, args)
+				if err != nil {
+					return err
+				}
+				if be, err = runner.EmbeddedBackend(cmd.Context(), cfg, weights); err != nil {
+					return err
+				}
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			s, err := server.New(be, server.Options{APIKey: apiKey, MaxBodyBytes: maxBody, Logger: log})
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return listenAndServe(cmd.Context(), log, net.JoinHostPort(host, strconv.Itoa(port)), s)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&host, "host", "127.0.0.1", "address to bind")
+	f.IntVar(&port, "port", 8000, "port to bind (0 picks a free one)")
+	f.StringVar(&weights, "weights", "", "weights file (safetensors) or run directory to serve")
+	f.StringVar(&apiKey, "api-key", "", "require this bearer token (default $LONGHAUL_API_KEY)")
+	f.Int64Var(&maxBody, "max-body-bytes", 1<<20, "largest request body accepted (413 beyond)")
+	f.StringVar(&cfgPath, "config", "", "config whose model section shapes the model served without --weights (default: the embedded example)")
+	f.BoolVar(&fake, "fake-backend", false, "serve a deterministic fake generator (for tests only)")
+	_ = f.MarkHidden("fake-backend")
+	return cmd
+}
+
+// listenAndServe serves h until ctx ends, then drains for up to 10s.
+func listenAndServe(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	log.Info("listening", "url", "http://"+ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,192 @@
+package env
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/longhaul-rl/longhaul/internal/rng"
+)
+
+// Ledger is the compaction task: the first message gives a start digit and
+// the first delta ("start 3 +4"), every later user message one more delta
+// ("-2"), and after each the agent must answer the running balance mod 10
+// as one digit ("7"). The episode is longer than the shipped context
+// budget, and each answer depends on every delta before it, so the agent
+// can only succeed if compaction keeps the most recent answer; the deltas
+// that produced it may be dropped. Reward per step is 1/turns for a correct
+// digit, so a rollout's reward is the fraction answered correctly (a dense
+// signal); success means every answer was right.
+type Ledger struct {
+	cfg  LedgerConfig
+	st   ledgerState
+	open bool
+}
+
+// The shipped rollout settings for ledger (docs/rollouts.md). An episode
+// of 12 turns needs 7t+7 prompt tokens at turn t, so without compaction turn
+// 8 no longer fits the budget; recency compaction at the threshold fires
+// twice and keeps the context under 60 tokens.
+const (
+	LedgerContextBudget    = 64
+	LedgerMaxTokensPerCall = 4
+	LedgerCompactThreshold = 52
+	LedgerKeepTurns        = 2
+)
+
+// LedgerConfig holds the environment params of "ledger".
+type LedgerConfig struct {
+	Turns    int `json:"turns"`     // deltas (= answers) per episode
+	MaxDelta int `json:"max_delta"` // deltas are drawn from ±1..±MaxDelta
+}
+
+// DefaultLedgerConfig is the shipped setting.
+func DefaultLedgerConfig() LedgerConfig { return LedgerConfig{Turns: 12, MaxDelta: 9} }
+
+// LedgerTask is a ledger task's params: the whole episode.
+type LedgerTask struct {
+	Start  int   `json:"start"`
+	Deltas []int `json:"deltas"`
+}
+
+type ledgerState struct {
+	Task    LedgerTask `json:"task"`
+	Turn    int        `json:"turn"`    // deltas answered so far
+	Balance int        `json:"balance"` // true balance mod 10 after Turn deltas
+	Correct int        `json:"correct"`
+}
+
+// LedgerDefinition registers "ledger".
+func LedgerDefinition() Definition {
+	return Definition{
+		Name: "ledger",
+		New: func(p json.RawMessage) (Environment, error) {
+			cfg, err := ledgerConfig(p)
+			if err != nil {
+				return nil, err
+			}
+			return &Ledger{cfg: cfg}, nil
+		},
+		Task: func(p json.RawMessage, seed uint64, index int) (Task, error) {
+			cfg, err := ledgerConfig(p)
+			if err != nil {
+				return Task{}, err
+			}
+			lt := cfg.draw(rng.Derive(seed, "task/ledger", uint64(index)))
+			raw, err := json.Marshal(lt)
+			if err != nil {
+				return Task{}, err
+			}
+			return Task{ID: fmt.Sprintf("ledger-%05d", index), Env: "ledger", Prompt: lt.first(), Params: raw}, nil
+		},
+	}
+}
+
+func ledgerConfig(p json.RawMessage) (LedgerConfig, error) {
+	cfg := DefaultLedgerConfig()
+	if err := decodeParams(p, &cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.Turns < 1 || cfg.MaxDelta < 1 || cfg.MaxDelta > 9 {
+		return cfg, fmt.Errorf("%w: ledger needs turns >= 1 and 1 <= max_delta <= 9, got %+v", ErrBadParams, cfg)
+	}
+	return cfg, nil
+}
+
+func (c LedgerConfig) draw(seed uint64) LedgerTask {
+	r := rng.Stream(seed, "ledger")
+	lt := LedgerTask{Start: r.IntN(10), Deltas: make([]int, c.Turns)}
+	for i := range lt.Deltas {
+		d := 1 + r.IntN(c.MaxDelta)
+		if r.IntN(2) == 0 {
+			d = -d
+		}
+		lt.Deltas[i] = d
+	}
+	return lt
+}
+
+func (lt LedgerTask) first() string { return fmt.Sprintf("start %d %+d", lt.Start, lt.Deltas[0]) }
+
+func mod10(x int) int { return ((x % 10) + 10) % 10 }
+
+// LedgerAnswers returns the correct answer of every turn of a task: what a
+// scripted oracle agent replies.
+func LedgerAnswers(lt LedgerTask) []string {
+	out := make([]string, len(lt.Deltas))
+	b := lt.Start
+	for i, d := range lt.Deltas {
+		b = mod10(b + d)
+		out[i] = strconv.Itoa(b)
+	}
+	return out
+}
+
+// Reset starts the episode of task; with empty task params the episode is
+// drawn from seed.
+func (l *Ledger) Reset(_ context.Context, task Task, seed uint64) (string, error) {
+	var lt LedgerTask
+	if len(task.Params) == 0 {
+		lt = l.cfg.draw(seed)
+	} else if err := decodeParams(task.Params, &lt); err != nil {
+		return "", err
+	}
+	if len(lt.Deltas) == 0 {
+		return "", fmt.Errorf("%w: ledger task has no deltas", ErrBadParams)
+	}
+	l.st = ledgerState{Task: lt, Balance: mod10(lt.Start)}
+	l.open = true
+	return lt.first(), nil
+}
+
+// Step scores one answer.
+func (l *Ledger) Step(_ context.Context, action string) (StepResult, error) {
+	if !l.open {
+		return StepResult{}, fmt.Errorf("env: ledger: step without an open episode")
+	}
+	st := &l.st
+	n := len(st.Task.Deltas)
+	if st.Turn >= n {
+		return StepResult{}, fmt.Errorf("env: ledger: step after the episode ended")
+	}
+	st.Balance = mod10(st.Balance + st.Task.Deltas[st.Turn])
+	st.Turn++
+	res := StepResult{}
+	if strings.TrimSpace(action) == strconv.Itoa(st.Balance) {
+		st.Correct++
+		res.Reward = 1 / float64(n)
+	}
+	if st.Turn == n {
+		res.Done = true
+		res.Success = st.Correct == n
+		return res, nil
+	}
+	res.Observation = fmt.Sprintf("%+d", st.Task.Deltas[st.Turn])
+	return res, nil
+}
+
+// Close ends the episode.
+func (l *Ledger) Close(context.Context) error { l.open = false; return nil }
+
+// Snapshot returns the episode state as JSON.
+func (l *Ledger) Snapshot(context.Context) ([]byte, error) {
+	if !l.open {
+		return nil, fmt.Errorf("env: ledger: snapshot without an open episode")
+	}
+	return json.Marshal(l.st)
+}
+
+// Restore sets the episode state from a Snapshot.
+func (l *Ledger) Restore(_ context.Context, state []byte) error {
+	var st ledgerState
+	if err := json.Unmarshal(state, &st); err != nil {
+		return fmt.Errorf("env: ledger: restore: %w", err)
+	}
+	if st.Turn < 0 || st.Turn > len(st.Task.Deltas) {
+		return fmt.Errorf("env: ledger: restore: turn %d out of range", st.Turn)
+	}
+	l.st, l.open = st, true
+	return nil
+}

@@ -1,0 +1,69 @@
+package gen
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+type countingGen struct {
+	mu    sync.Mutex
+	calls []int
+}
+
+func (g *countingGen) Generate(_ context.Context, reqs []Request) ([]Result, error) {
+	g.mu.Lock()
+	g.calls = append(g.calls, len(reqs))
+	g.mu.Unlock()
+	out := make([]Result, len(reqs))
+	for i, r := range reqs {
+		out[i] = Result{Tokens: []int32{int32(r.Seed)}, Finish: "stop"}
+	}
+	return out, nil
+}
+
+func TestBatcherGathersAndRoutesAnswers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inner := &countingGen{}
+	b := NewBatcher(ctx, inner, 16, 20*time.Millisecond)
+	var wg sync.WaitGroup
+	const n = 32
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res, err := b.Generate(ctx, []Request{{Seed: uint64(i)}, {Seed: uint64(i + 1000)}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if len(res) != 2 || res[0].Tokens[0] != int32(i) || res[1].Tokens[0] != int32(i+1000) {
+				t.Errorf("caller %d got %+v", i, res)
+			}
+		}(i)
+	}
+	wg.Wait()
+	inner.mu.Lock()
+	defer inner.mu.Unlock()
+	total := 0
+	for _, c := range inner.calls {
+		if c > 16+1 {
+			t.Errorf("batch of %d exceeds max", c)
+		}
+		total += c
+	}
+	if total != 2*n || len(inner.calls) >= n {
+		t.Fatalf("calls %v: want %d requests in fewer than %d batches", inner.calls, 2*n, n)
+	}
+}
+
+func TestBatcherCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b := NewBatcher(ctx, &countingGen{}, 4, time.Millisecond)
+	cancel()
+	if _, err := b.Generate(ctx, []Request{{}}); err == nil {
+		t.Fatal("want an error after cancel")
+	}
+}

@@ -1,0 +1,60 @@
+// Package embedded is the in-process Generator over the embedded model.
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/longhaul-rl/longhaul/gen"
+	"github.com/longhaul-rl/longhaul/model"
+)
+
+// Generator samples from an embedded model. Weights are swapped whole by
+// SetWeights between batches, so no request sees a half-updated model.
+// Generate calls are serialised: the model parallelises inside a batch, and
+// a gen.Batcher in front gathers concurrent rollouts into one batch.
+type Generator struct {
+	mu      sync.Mutex // serialises Generate: the model's workspaces are not shared
+	wmu     sync.RWMutex
+	m       *model.Model
+	version int64
+}
+
+// New returns a generator serving m as version.
+func New(m *model.Model, version int64) *Generator { return &Generator{m: m, version: version} }
+
+// SetWeights makes m (which the caller no longer mutates) the served model.
+func (g *Generator) SetWeights(m *model.Model, version int64) {
+	g.wmu.Lock()
+	g.m, g.version = m, version
+	g.wmu.Unlock()
+}
+
+// Model returns the served model and its version.
+func (g *Generator) Model() (*model.Model, int64) {
+	g.wmu.RLock()
+	defer g.wmu.RUnlock()
+	return g.m, g.version
+}
+
+// Generate implements gen.Generator.
+func (g *Generator) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, version := g.Model()
+	in := make([]model.SampleRequest, len(reqs))
+	for i, r := range reqs {
+		in[i] = model.SampleRequest{Prompt: r.Prompt, MaxTokens: r.MaxTokens, Temperature: r.Temperature,
+			TopP: r.TopP, TopK: r.TopK, Stop: r.Stop, Seed: r.Seed}
+	}
+	out, err := m.Generate(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("embedded generator: %w", err)
+	}
+	res := make([]gen.Result, len(out))
+	for i, o := range out {
+		res[i] = gen.Result{Tokens: o.Tokens, Logprobs: o.Logprobs, Finish: o.Finish, Version: version}
+	}
+	return res, nil
+}

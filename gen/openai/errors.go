@@ -1,0 +1,80 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+)
+
+// Failure classes. Infra failures are worth retrying elsewhere or later;
+// data failures mean the request or the answer is wrong and a retry would
+// fail the same way.
+const (
+	ClassInfra = "infra"
+	ClassData  = "data"
+)
+
+// Error is a failed call to a server.
+type Error struct {
+	Class  string // ClassInfra or ClassData
+	Status int    // HTTP status, 0 when none came back
+	Server string // base URL of the server, "" when none was tried
+	Err    error
+}
+
+func (e *Error) Error() string {
+	s := "openai " + e.Class + " error"
+	if e.Server != "" {
+		s += " from " + e.Server
+	}
+	if e.Status != 0 {
+		s += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ClassOf returns the class of err: "" for nil, the Class of an *Error in
+// its chain, infra for deadlines and network errors, and data otherwise
+// (unknown errors count as data, as the design says).
+func ClassOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	if isInfra(err) {
+		return ClassInfra
+	}
+	return ClassData
+}
+
+// classOfStatus applies the rule: 5xx, 408 and 429 are infra, other
+// non-2xx are data.
+func classOfStatus(status int) string {
+	if status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests {
+		return ClassInfra
+	}
+	return ClassData
+}
+
+func isInfra(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe)
+}
+
+func dataErr(server string, status int, format string, args ...any) *Error {
+	return &Error{Class: ClassData, Status: status, Server: server, Err: fmt.Errorf(format, args...)}
+}

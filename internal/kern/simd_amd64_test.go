@@ -1,0 +1,148 @@
+//go:build goexperiment.simd && amd64
+
+package kern
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+)
+
+// availableISAs lists the SIMD paths this CPU can run.
+func availableISAs() []int {
+	var s []int
+	if bestISA >= isaAVX2 {
+		s = append(s, isaAVX2)
+	}
+	if bestISA >= isaAVX512 {
+		s = append(s, isaAVX512)
+	}
+	return s
+}
+
+func TestSIMDPathSelected(t *testing.T) {
+	t.Logf("SIMD path: %s", SIMDPath())
+	if bestISA == isaRef {
+		t.Skip("CPU lacks AVX2+FMA: the SIMD build runs the reference")
+	}
+}
+
+// TestISABitIdentity: the AVX2 and AVX-512 kernels compute the same
+// per-element FMA chains, so they agree bit for bit on every shape.
+func TestISABitIdentity(t *testing.T) {
+	isas := availableISAs()
+	if len(isas) < 2 {
+		t.Skip("need both AVX2 and AVX-512")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	shapes := [][3]int{{1, 1, 1}, {1, 128, 512}, {2, 3, 7}, {3, 17, 33}, {16, 128, 512}, {17, 257, 31}, {33, 64, 100}, {5, 600, 70}}
+	for it := 0; it < 40; it++ {
+		shapes = append(shapes, [3]int{1 + r.IntN(40), 1 + r.IntN(300), 1 + r.IntN(140)})
+	}
+	for _, s := range shapes {
+		m, k, n := s[0], s[1], s[2]
+		a, b, c0 := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
+		for kind := kindNN; kind <= kindTN; kind++ {
+			for _, acc := range []bool{false, true} {
+				var want []float32
+				for _, isa := range isas {
+					c := append([]float32(nil), c0...)
+					mmISA(isa, kind, c, a, b, m, k, n, acc, 0, m)
+					if want == nil {
+						want = c
+						continue
+					}
+					bitsEqual(t, fmt.Sprintf("%s vs %s kind=%d m=%d k=%d n=%d acc=%v",
+						isaName(isa), isaName(isas[0]), kind, m, k, n, acc), c, want)
+				}
+			}
+		}
+	}
+}
+
+func TestISAVectorOps(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for n := 0; n < 400; n += 1 + n/6 {
+		a, b := randVec(r, n), randVec(r, n)
+		for i := range a {
+			a[i] *= 10
+		}
+		wantE := append([]float32(nil), a...)
+		refExp(wantE)
+		var wantS []float32
+		if n > 0 {
+			wantS = append([]float32(nil), a...)
+			refSoftmax(wantS)
+		}
+		var dots []float32
+		var axpys [][]float32
+		for _, isa := range availableISAs() {
+			e := append([]float32(nil), a...)
+			expISA(isa, e)
+			bitsEqual(t, fmt.Sprintf("exp %s n=%d", isaName(isa), n), e, wantE)
+			if n > 0 {
+				s := append([]float32(nil), a...)
+				softmaxISA(isa, s)
+				bitsEqual(t, fmt.Sprintf("softmax %s n=%d", isaName(isa), n), s, wantS)
+			}
+			dots = append(dots, dotISA(isa, a, b))
+			y := append([]float32(nil), b...)
+			axpyISA(isa, y, 0.3, a)
+			axpys = append(axpys, y)
+		}
+		for i := 1; i < len(dots); i++ {
+			bitsEqual(t, fmt.Sprintf("dot n=%d", n), dots[i:i+1], dots[:1])
+			bitsEqual(t, fmt.Sprintf("axpy n=%d", n), axpys[i], axpys[0])
+		}
+	}
+}
+
+// BenchmarkMicroKernel times the register-tiled kernels alone on an
+// L1-resident packed panel (kc=256), reporting GFLOP/s.
+func BenchmarkMicroKernel(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	const kc = 128
+	a := randVec(r, 8*kc)
+	pan := randVec(r, kc*64)
+	c := make([]float32, 8*64)
+	type kf func(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintptr, c []float32, ldc, w int, load bool)
+	for _, kk := range []struct {
+		name       string
+		f          kf
+		rows, cols int
+		avx512     bool
+	}{
+		{"z2x64", z2x64, 2, 64, true}, {"z4x32", z4x32, 4, 32, true}, {"z4x16", z4x16, 4, 16, true}, {"z1x64", z1x64, 1, 64, true},
+		{"y4x16", y4x16, 4, 16, false}, {"y4x8", y4x8, 4, 8, false},
+	} {
+		if kk.avx512 && bestISA < isaAVX512 || bestISA < isaAVX2 {
+			continue
+		}
+		b.Run(kk.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				kk.f(kc, unsafe.Pointer(&a[0]), kc*4, 4, unsafe.Pointer(&pan[0]), uintptr(kk.cols)*4, c, 64, kk.cols, true)
+			}
+			b.ReportMetric(2*float64(kk.rows*kk.cols*kc)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkPackPolicy compares reading B in place with packing it, per
+// shape, to choose packMinM.
+func BenchmarkPackPolicy(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, s := range [][3]int{{1, 128, 512}, {4, 128, 512}, {16, 128, 512}, {64, 128, 512}, {256, 128, 512}, {1024, 256, 1024}, {256, 512, 128}, {256, 256, 256}} {
+		m, k, n := s[0], s[1], s[2]
+		a, bb, c := randVec(r, m*k), randVec(r, k*n), make([]float32, m*n)
+		for _, inPlace := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dx%dx%d/inPlace=%v", m, k, n, inPlace), func(b *testing.B) {
+				buf := new(scratch)
+				for i := 0; i < b.N; i++ {
+					gemm512(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, buf)
+				}
+				b.ReportMetric(2*float64(m*k*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

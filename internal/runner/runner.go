@@ -1,0 +1,289 @@
+// Package runner wires a run from its config: run directory, run log,
+// dataset, environments, the embedded model's generator and trainer, the
+// warm start, and the controller. `longhaul train`, the end-to-end tests
+// and `longhaul bench crash` all start runs through it.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/longhaul-rl/longhaul/controller"
+	"github.com/longhaul-rl/longhaul/data"
+	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/gen"
+	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
+	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/train"
+	tembedded "github.com/longhaul-rl/longhaul/train/embedded"
+)
+
+// Files in a run directory besides the run log.
+const (
+	ConfigFile  = "config.yaml"
+	MetricsFile = "metrics.jsonl"
+	CurveFile   = "learning_curve.png"
+	WeightsFile = "weights/model.safetensors"
+)
+
+// Options adjust a run.
+type Options struct {
+	RunDir string
+	Logger *slog.Logger
+	// AllowChange names the config keys that may differ from the run
+	// directory's config on resume (e.g. run.max_steps).
+	AllowChange []string
+	Crash       func(point string)
+	Progress    func(controller.Progress)
+	// Envs replaces the built-in environment registry.
+	Envs *env.Registry
+}
+
+// ErrConfigMismatch is returned when a resumed run's config differs from the
+// one it started with in keys not allowed to change.
+var ErrConfigMismatch = config.ErrConfigChanged
+
+// Train runs (or resumes) the run in opts.RunDir to cfg.Run.MaxSteps.
+func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Generator.Kind != "embedded" || cfg.Trainer.Kind != "embedded" {
+		return fmt.Errorf("runner: generator.kind %q / trainer.kind %q: only the embedded model is wired into `longhaul train` so far", cfg.Generator.Kind, cfg.Trainer.Kind)
+	}
+	dir := opts.RunDir
+	if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
+		return fmt.Errorf("runner: %w", err)
+	}
+	if err := checkConfig(cfg, dir, opts.AllowChange); err != nil {
+		return err
+	}
+	rl, err := runlog.Open(ctx, dir, runlog.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, rl.Close()) }()
+	if rec := rl.Recovery(); rec.Truncated {
+		log.Warn("run log tail was torn; cut back to the last whole record", "file", rec.Segment,
+			"bytes", rec.Bytes, "records", rec.Records, "detail", rec.Message)
+	}
+	reg := opts.Envs
+	if reg == nil {
+		reg = env.Builtin()
+	}
+	ds, err := Dataset(cfg, reg)
+	if err != nil {
+		return err
+	}
+	m, err := InitModel(cfg)
+	if err != nil {
+		return err
+	}
+	tr, err := tembedded.New(m, OptimConfig(cfg), LossConfig(cfg))
+	if err != nil {
+		return fmt.Errorf("runner: %w", err)
+	}
+	eg := gembedded.New(m, 0)
+	bctx, stopBatcher := context.WithCancel(ctx)
+	defer stopBatcher()
+	batcher := gen.NewBatcher(bctx, eg, 64, 2*time.Millisecond)
+	publish := func(_ context.Context, v int64) error {
+		clone, err := Clone(tr.Model())
+		if err != nil {
+			return err
+		}
+		eg.SetWeights(clone, v)
+		return nil
+	}
+	mw, err := metrics.Create(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		return err
+	}
+	defer mw.Close()
+	c, err := controller.New(controller.Options{
+		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: batcher, Trainer: tr,
+		Publish: publish, WarmStart: func(ctx context.Context) error { return WarmStart(ctx, cfg, reg, tr.Model(), log) },
+		Metrics: mw, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Run(ctx); err != nil {
+		return err
+	}
+	if err := tr.ExportWeights(ctx, filepath.Join(dir, WeightsFile)); err != nil {
+		return fmt.Errorf("runner: final weights: %w", err)
+	}
+	return PlotRun(dir)
+}
+
+// PlotRun draws the run directory's learning curve from metrics.jsonl.
+func PlotRun(dir string) error {
+	steps, err := metrics.Read(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		return err
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	return metrics.Plot(steps, "longhaul: "+filepath.Base(dir), filepath.Join(dir, CurveFile))
+}
+
+// checkConfig compares cfg with the run directory's stored config (a
+// resume) and stores cfg.
+func checkConfig(cfg *config.Config, dir string, allow []string) error {
+	path := filepath.Join(dir, ConfigFile)
+	if b, err := os.ReadFile(path); err == nil {
+		old, err := config.Parse(path, b)
+		if err != nil {
+			return fmt.Errorf("runner: the run directory's config: %w", err)
+		}
+		if err := config.CheckChange(old, cfg, allow); err != nil {
+			return fmt.Errorf("runner: resuming %s: %w", dir, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("runner: %w", err)
+	}
+	b, err := config.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("runner: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// Dataset returns the prompts the config names.
+func Dataset(cfg *config.Config, reg *env.Registry) (data.Dataset, error) {
+	switch cfg.Data.Source {
+	case "jsonl":
+		return data.ReadJSONL(cfg.Data.Path)
+	case "builtin":
+		params, err := controller.EnvParams(cfg)
+		if err != nil {
+			return nil, err
+		}
+		seed := rng.Derive(cfg.Run.Seed, "dataset")
+		if _, err := reg.Task(cfg.Env.Name, params, seed, 0); err != nil {
+			return nil, fmt.Errorf("runner: env %q: %w", cfg.Env.Name, err)
+		}
+		return data.NewGenerated(cfg.Data.NumPrompts, func(i int) (data.Prompt, error) {
+			t, err := reg.Task(cfg.Env.Name, params, seed, i)
+			if err != nil {
+				return data.Prompt{}, err
+			}
+			b, err := json.Marshal(t)
+			return data.Prompt{ID: t.ID, Task: b}, err
+		}), nil
+	}
+	return nil, fmt.Errorf("runner: data.source %q", cfg.Data.Source)
+}
+
+// ModelConfig is the embedded model architecture the config names.
+func ModelConfig(cfg *config.Config) model.Config {
+	mc := model.DefaultConfig()
+	mc.Vocab = tokenizer.VocabSize
+	mc.Layers, mc.Dim, mc.Heads, mc.Hidden, mc.Context = cfg.Model.Layers, cfg.Model.Dim, cfg.Model.Heads, cfg.Model.Hidden, cfg.Model.Context
+	mc.Positions = cfg.Model.Positions
+	return mc
+}
+
+// InitModel initialises the embedded model from its seed, or loads model.weights.
+func InitModel(cfg *config.Config) (*model.Model, error) {
+	if cfg.Model.Weights != "" {
+		m, err := model.Load(cfg.Model.Weights)
+		if err != nil {
+			return nil, fmt.Errorf("model.weights: %w", err)
+		}
+		return m, nil
+	}
+	seed := cfg.Model.InitSeed
+	if seed == 0 {
+		seed = rng.Derive(cfg.Run.Seed, "init")
+	}
+	m, err := model.New(ModelConfig(cfg), seed)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return m, nil
+}
+
+// OptimConfig maps the optim section.
+func OptimConfig(cfg *config.Config) model.OptimConfig {
+	o := cfg.Optim
+	return model.OptimConfig{LR: o.LR, MinLR: o.MinLR, WarmupSteps: o.WarmupSteps, TotalSteps: cfg.Run.MaxSteps,
+		Schedule: o.Schedule, WeightDecay: o.WeightDecay, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, GradClip: o.GradClip}
+}
+
+// LossConfig maps the loss section.
+func LossConfig(cfg *config.Config) model.LossConfig {
+	return model.LossConfig{Kind: model.LossPG, ClipLow: float32(cfg.Loss.ClipLow), ClipHigh: float32(cfg.Loss.ClipHigh),
+		KLCoef: float32(cfg.Loss.KLCoef), Norm: cfg.Loss.Norm}
+}
+
+// Clone copies a model (through its safetensors bytes: exact, and cheap at
+// the embedded model's size).
+func Clone(m *model.Model) (*model.Model, error) {
+	b, err := m.EncodeSafetensors()
+	if err != nil {
+		return nil, err
+	}
+	cfg := m.Config()
+	return model.DecodeSafetensors(b, &cfg)
+}
+
+// WarmStart trains m on oracle demonstrations with the SFT loss
+// (warmstart.*). It is deterministic, so a resume without a checkpoint
+// repeats it exactly.
+func WarmStart(ctx context.Context, cfg *config.Config, reg *env.Registry, m *model.Model, log *slog.Logger) error {
+	ws := cfg.Warmstart
+	if !ws.Enabled || ws.Steps == 0 {
+		return nil
+	}
+	t0 := time.Now()
+	rows, err := Demos(ctx, cfg, reg, ws.Steps*ws.BatchSize)
+	if err != nil {
+		return err
+	}
+	oc := OptimConfig(cfg)
+	oc.LR, oc.MinLR, oc.Schedule, oc.WarmupSteps, oc.TotalSteps = ws.LR, ws.LR, "constant", min(10, ws.Steps), ws.Steps
+	t, err := model.NewTrainer(m, oc)
+	if err != nil {
+		return err
+	}
+	lc := model.LossConfig{Kind: model.LossSFT, Norm: model.NormTokenMean}
+	var last model.Stats
+	for i := 0; i < ws.Steps; i++ {
+		seqs := make([]model.Sequence, ws.BatchSize)
+		for j := range seqs {
+			r := rows[i*ws.BatchSize+j]
+			seqs[j] = model.Sequence{Tokens: r.Tokens, Mask: r.Mask}
+		}
+		if last, err = t.Step(ctx, seqs, lc); err != nil {
+			return fmt.Errorf("warmstart step %d: %w", i+1, err)
+		}
+		if (i+1)%100 == 0 {
+			log.Info("warm start", "step", i+1, "of", ws.Steps, "loss", round3(last.Loss))
+		}
+	}
+	log.Info("warm start done", "steps", ws.Steps, "loss", last.Loss, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
+
+var _ train.Trainer = (*tembedded.Trainer)(nil)

@@ -1,0 +1,510 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/internal/rng"
+)
+
+// SampleRequest is one completion request.
+type SampleRequest struct {
+	Prompt      []int32 // at least one token, at most Context
+	MaxTokens   int     // new tokens at most; ≤ 0 means until the context is full
+	Temperature float32 // 0 (or less) means greedy
+	TopP        float32 // nucleus mass; 0 or ≥ 1 disables
+	TopK        int     // keep the K most likely tokens; 0 disables
+	Stop        []int32 // sampling one of these ends the completion (it is included)
+	Seed        uint64  // the request's random stream; same request, same tokens
+}
+
+// SampleResult is one completion.
+type SampleResult struct {
+	Tokens   []int32
+	Logprobs []float32 // log-softmax of the raw logits (temperature 1, before top-p/top-k) at each sampled token
+	Finish   string    // FinishStop or FinishLength
+}
+
+// Finish reasons.
+const (
+	FinishStop   = "stop"   // a stop token was sampled
+	FinishLength = "length" // MaxTokens reached or the context is full
+)
+
+// genSeq is one request's decoding state.
+type genSeq struct {
+	req     *SampleRequest
+	res     *SampleResult
+	kv      []layerKV
+	pos     int       // positions held in kv
+	pending int32     // token to feed at pos on the next decode step
+	logits  []float32 // (V) logits for position pos
+	r       *rand.Rand
+	sc      sampler
+	done    bool
+}
+
+// decodeWS is one shard's buffers for a decode step of B sequences.
+type decodeWS struct {
+	B               int
+	x, ln, qkv, att []float32 // (B, d), (B, d), (B, 3d), (B, d)
+	rstd            []float32 // (B)
+	h, sig, act     []float32 // (B, 2F), (B, F), (B, F)
+	logits          []float32 // (B, V)
+	q               []float32 // (d) one row's roped queries
+	probs           []float32 // (ctx) one row's attention probabilities
+	active, next    []*genSeq
+}
+
+func (m *Model) decodeWS(shard, B int) *decodeWS {
+	c := m.cfg
+	dw := m.dec[shard]
+	if dw == nil {
+		dw = &decodeWS{q: make([]float32, c.Dim), probs: make([]float32, c.Context+32)}
+		m.dec[shard] = dw
+	}
+	if dw.B < B {
+		d, f := c.Dim, c.Hidden
+		dw.B = B
+		dw.x, dw.ln, dw.att = make([]float32, B*d), make([]float32, B*d), make([]float32, B*d)
+		dw.qkv = make([]float32, B*3*d)
+		dw.rstd = make([]float32, B)
+		dw.h, dw.sig, dw.act = make([]float32, B*2*f), make([]float32, B*f), make([]float32, B*f)
+		dw.logits = make([]float32, B*c.Vocab)
+	}
+	return dw
+}
+
+// Generate samples a completion for each request, in order. Requests whose
+// prompts share a prefix (the G members of a group) compute it once: each
+// prompt's keys/values are copied from the earlier request sharing the
+// longest prefix, and only the rest is prefilled. Sampling is batched over
+// nShards shards of the requests. Not safe for concurrent use.
+func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleResult, error) {
+	c := m.cfg
+	for i := range reqs {
+		if err := m.checkTokens(reqs[i].Prompt); err != nil {
+			return nil, fmt.Errorf("model: generate: request %d: %w", i, err)
+		}
+	}
+	// decode's head is a plain product with the transposed embedding: the
+	// same chains as training's MatMulNT, without a transpose per step
+	if m.wteT == nil {
+		m.wteT = make([]float32, c.Dim*c.Vocab)
+	}
+	kern.Transpose(m.wteT, m.p.wte, c.Vocab, c.Dim)
+	res := make([]SampleResult, len(reqs))
+	seqs := make([]*genSeq, len(reqs))
+	pool := &m.kvFree
+	for i := range reqs {
+		s := &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed))}
+		if n := len(*pool); n > 0 {
+			s.kv, *pool = (*pool)[n-1], (*pool)[:n-1]
+		} else {
+			s.kv = newKV(c, true)
+		}
+		seqs[i] = s
+	}
+	defer func() {
+		for _, s := range seqs {
+			*pool = append(*pool, s.kv)
+		}
+	}()
+
+	// prefix sharing: parent[i] is the earliest earlier request with the
+	// longest common prefix; shared[i] positions are copied from it.
+	parent := make([]int, len(reqs))
+	shared := make([]int, len(reqs))
+	for i := range reqs {
+		parent[i] = -1
+		pi := reqs[i].Prompt
+		for j := 0; j < i; j++ {
+			if l := lcp(pi, reqs[j].Prompt); l > shared[i] {
+				parent[i], shared[i] = j, l
+			}
+		}
+		if shared[i] == len(pi) && len(reqs[parent[i]].Prompt) != len(pi) {
+			shared[i]-- // a strict prefix: recompute its last position for its logits
+		}
+		if shared[i] == 0 {
+			parent[i] = -1
+		}
+	}
+	// whole trees go to one shard (parents before children, in index order)
+	shardOf := make([]int, len(reqs))
+	var load [nShards]int
+	for i := range reqs {
+		if parent[i] >= 0 {
+			shardOf[i] = shardOf[parent[i]]
+			load[shardOf[i]] += len(reqs[i].Prompt) - shared[i]
+			continue
+		}
+		best := 0
+		for s := 1; s < nShards; s++ {
+			if load[s] < load[best] {
+				best = s
+			}
+		}
+		shardOf[i] = best
+		load[best] += len(reqs[i].Prompt)
+	}
+	var errs [nShards]error
+	runShards(func(sh int) {
+		ws := m.workspace(sh, false)
+		for i, s := range seqs {
+			if shardOf[i] != sh {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				errs[sh] = err
+				return
+			}
+			p := s.req.Prompt
+			if parent[i] >= 0 {
+				copyKV(s.kv, seqs[parent[i]].kv, shared[i], c)
+			}
+			if shared[i] == len(p) {
+				copy(s.logits, seqs[parent[i]].logits)
+			} else {
+				m.forward(ws, p[shared[i]:], shared[i], s.kv, true)
+				copy(s.logits, ws.logits[:c.Vocab])
+				transposeKeys(s.kv, shared[i], len(p), c)
+			}
+			s.pos = len(p)
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("model: generate: %w", err)
+		}
+	}
+
+	// decode: contiguous shards balanced by the most tokens each may take
+	cost := make([]int, len(seqs))
+	for i, s := range seqs {
+		cost[i] = c.Context - len(s.req.Prompt)
+		if s.req.MaxTokens > 0 {
+			cost[i] = min(cost[i], s.req.MaxTokens)
+		}
+	}
+	split := splitShards(cost)
+	runShards(func(sh int) {
+		lo, hi := split[sh][0], split[sh][1]
+		if lo < hi {
+			errs[sh] = m.decode(ctx, m.decodeWS(sh, hi-lo), seqs[lo:hi])
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("model: generate: %w", err)
+		}
+	}
+	return res, nil
+}
+
+func lcp(a, b []int32) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// copyKV copies positions [0, n) of every layer and head.
+func copyKV(dst, src []layerKV, n int, c Config) {
+	T, hs := c.Context, c.HeadDim()
+	for l := range dst {
+		for h := range c.Heads {
+			o := h * T * hs
+			copy(dst[l].k[o:o+n*hs], src[l].k[o:o+n*hs])
+			copy(dst[l].v[o:o+n*hs], src[l].v[o:o+n*hs])
+			for p := range hs {
+				r := (h*hs + p) * T
+				copy(dst[l].kt[r:r+n], src[l].kt[r:r+n])
+			}
+		}
+	}
+}
+
+// transposeKeys fills kt from k for positions [p0, p1).
+func transposeKeys(kv []layerKV, p0, p1 int, c Config) {
+	T, hs := c.Context, c.HeadDim()
+	for l := range kv {
+		for h := range c.Heads {
+			for pos := p0; pos < p1; pos++ {
+				row := kv[l].k[(h*T+pos)*hs : (h*T+pos+1)*hs]
+				for p, v := range row {
+					kv[l].kt[(h*hs+p)*T+pos] = v
+				}
+			}
+		}
+	}
+}
+
+// decode samples every sequence to completion, one batched step at a time.
+func (m *Model) decode(ctx context.Context, dw *decodeWS, seqs []*genSeq) error {
+	c := m.cfg
+	active := dw.active[:0]
+	for _, s := range seqs {
+		if s.pos >= c.Context {
+			s.res.Finish = FinishLength // a full prompt leaves no room
+			continue
+		}
+		n := c.Context - s.pos
+		if s.req.MaxTokens > 0 {
+			n = min(n, s.req.MaxTokens)
+		}
+		s.res.Tokens = make([]int32, 0, n)
+		s.res.Logprobs = make([]float32, 0, n)
+		active = append(active, s)
+	}
+	for len(active) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		next := dw.next[:0]
+		for _, s := range active {
+			tok, lp := s.sample(c.Vocab)
+			s.res.Tokens = append(s.res.Tokens, tok)
+			s.res.Logprobs = append(s.res.Logprobs, lp)
+			switch {
+			case isStop(tok, s.req.Stop):
+				s.res.Finish = FinishStop
+			case len(s.res.Tokens) == s.req.MaxTokens, s.pos+1 >= c.Context:
+				s.res.Finish = FinishLength
+			default:
+				s.pending = tok
+				next = append(next, s)
+			}
+		}
+		active, dw.next = next, active
+		if len(active) > 0 {
+			m.decodeStep(dw, active)
+		}
+	}
+	dw.active = active
+	return nil
+}
+
+func isStop(t int32, stop []int32) bool {
+	for _, s := range stop {
+		if t == s {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeStep feeds each sequence's pending token at its position and leaves
+// the next logits in s.logits. It is the training forward restricted to one
+// row per sequence: the same layer functions, the same kernel chains.
+func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
+	c := m.cfg
+	B, d, H, hs, f, T, V := len(seqs), c.Dim, c.Heads, c.HeadDim(), c.Hidden, c.Context, c.Vocab
+	half := hs / 2
+	scale := float32(1 / math.Sqrt(float64(hs)))
+	p := &m.p
+	for b, s := range seqs {
+		embedForward(dw.x[b*d:(b+1)*d], []int32{s.pending}, p.wte, p.wpe, s.pos, d)
+	}
+	for l := range c.Layers {
+		lp := &p.layers[l]
+		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln1, B, d, c.NormEps)
+		kern.MatMul(dw.qkv, dw.ln, lp.qkv, B, d, 3*d, false)
+		for b, s := range seqs {
+			pos := s.pos
+			src := dw.qkv[b*3*d : (b+1)*3*d]
+			kv := s.kv[l]
+			for h := range H {
+				qh := dw.q[h*hs : (h+1)*hs]
+				kh := kv.k[(h*T+pos)*hs : (h*T+pos+1)*hs]
+				copy(qh, src[h*hs:])
+				copy(kh, src[d+h*hs:])
+				copy(kv.v[(h*T+pos)*hs:(h*T+pos+1)*hs], src[2*d+h*hs:])
+				if m.cos != nil {
+					cs, sn := m.cos[pos*half:(pos+1)*half], m.sin[pos*half:(pos+1)*half]
+					ropeForward(qh, cs, sn)
+					ropeForward(kh, cs, sn)
+				}
+				for p, v := range kh {
+					kv.kt[(h*hs+p)*T+pos] = v
+				}
+				attnDecode(dw.att[b*d+h*hs:b*d+(h+1)*hs], dw.probs, qh, kv.kt[h*hs*T:], kv.v[h*T*hs:], pos+1, T, scale)
+			}
+		}
+		kern.MatMul(dw.x, dw.att, lp.proj, B, d, d, true)
+		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln2, B, d, c.NormEps)
+		kern.MatMul(dw.h, dw.ln, lp.fc, B, d, 2*f, false)
+		swigluForward(dw.act, dw.sig, dw.h, B, f)
+		kern.MatMul(dw.x, dw.act, lp.fc2, B, f, d, true)
+	}
+	rmsnormForward(dw.ln, dw.rstd, dw.x, p.lnf, B, d, c.NormEps)
+	kern.MatMul(dw.logits, dw.ln, m.wteT, B, d, V, false)
+	for b, s := range seqs {
+		copy(s.logits, dw.logits[b*V:(b+1)*V])
+		s.pos++
+	}
+}
+
+// attnDecode is attnForward for one query row at position nk−1, over the
+// transposed keys kt (hs, T) and values v (≥nk, hs). Scores and output are
+// the same per-element chains as attnForward's kern products (a sequential
+// multiply-add chain over the reduction index from 0, fused exactly when
+// kern fuses), so decode and training agree bit for bit; decodeScores and
+// decodeValues are the fused SIMD loops or their Axpy-chain fallback.
+// probs needs room for nk rounded up to 32.
+func attnDecode(out, probs, q, kt, v []float32, nk, T int, scale float32) {
+	s := probs[:nk]
+	decodeScores(probs, q, kt, nk, T)
+	softmaxCausal(s, nk, scale)
+	decodeValues(out, s, v)
+}
+
+// axpyScores: s[j] = Σ_p q[p]·kt[p·T+j] as kern.Axpy chains.
+func axpyScores(probs, q, kt []float32, nk, T int) {
+	s := probs[:nk]
+	clear(s)
+	for p, qp := range q {
+		kern.Axpy(s, qp, kt[p*T:p*T+nk])
+	}
+}
+
+// axpyValues: out[c] = Σ_j s[j]·v[j·hs+c] as kern.Axpy chains.
+func axpyValues(out, s, v []float32) {
+	hs := len(out)
+	clear(out)
+	for j, pj := range s {
+		kern.Axpy(out, pj, v[j*hs:(j+1)*hs])
+	}
+}
+
+// sample draws the next token from s.logits and returns it with its
+// logprob under the raw (temperature 1, unfiltered) distribution, which is
+// what the trainer computes.
+func (s *genSeq) sample(V int) (int32, float32) {
+	row := s.logits
+	if len(s.sc.e) < V {
+		s.sc.e = make([]float32, V)
+	}
+	lse, _ := logSumExp(row, s.sc.e)
+	var tok int32
+	if q := s.req; q.Temperature <= 0 {
+		tok = argmax(row)
+	} else {
+		tok = s.sc.draw(row, s.sc.e, q.Temperature, q.TopK, q.TopP, s.r)
+	}
+	return tok, row[tok] - lse
+}
+
+func argmax(row []float32) int32 {
+	best := 0
+	for j, v := range row {
+		if v > row[best] {
+			best = j
+		}
+	}
+	return int32(best)
+}
+
+// sampler is per-request scratch for filtered sampling (no per-token
+// allocation after the first).
+type sampler struct {
+	idx []int32
+	w   []float32
+	lg  []float32
+	e   []float32 // logSumExp scratch: exp(logit − max)
+}
+
+func (sc *sampler) Len() int      { return len(sc.idx) }
+func (sc *sampler) Swap(i, j int) { sc.idx[i], sc.idx[j] = sc.idx[j], sc.idx[i] }
+
+// Less orders by logit, descending, then by id: a total order, so the
+// result does not depend on the sort algorithm.
+func (sc *sampler) Less(i, j int) bool {
+	a, b := sc.idx[i], sc.idx[j]
+	if sc.lg[a] != sc.lg[b] {
+		return sc.lg[a] > sc.lg[b]
+	}
+	return a < b
+}
+
+// draw samples from softmax(row/temp) restricted by top-k and top-p; e is
+// exp(row − max), which is the weight vector itself at temperature 1.
+func (sc *sampler) draw(row, e []float32, temp float32, topK int, topP float32, r *rand.Rand) int32 {
+	V := len(row)
+	if cap(sc.w) < V {
+		sc.w = make([]float32, V)
+		sc.idx = make([]int32, V)
+	}
+	w := e[:V]
+	if temp != 1 {
+		w = sc.w[:V]
+		mx := row[argmax(row)]
+		invT := 1 / temp
+		for j, v := range row {
+			w[j] = (v - mx) * invT
+		}
+		kern.ExpInPlace(w)
+	}
+	var total float64
+	for _, x := range w {
+		total += float64(x)
+	}
+	filter := (topK > 0 && topK < V) || (topP > 0 && topP < 1)
+	if !filter {
+		u := r.Float64() * total
+		var acc float64
+		for j, x := range w {
+			acc += float64(x)
+			if u < acc {
+				return int32(j)
+			}
+		}
+		return int32(V - 1)
+	}
+	sc.idx = sc.idx[:V]
+	for j := range sc.idx {
+		sc.idx[j] = int32(j)
+	}
+	sc.lg = row
+	sort.Sort(sc)
+	keep := V
+	if topK > 0 && topK < V {
+		keep = topK
+	}
+	if topP > 0 && topP < 1 {
+		var kt float64
+		for _, j := range sc.idx[:keep] {
+			kt += float64(w[j])
+		}
+		var acc float64
+		for k, j := range sc.idx[:keep] {
+			acc += float64(w[j])
+			if acc >= float64(topP)*kt {
+				keep = k + 1
+				break
+			}
+		}
+	}
+	var kt float64
+	for _, j := range sc.idx[:keep] {
+		kt += float64(w[j])
+	}
+	u := r.Float64() * kt
+	var acc float64
+	for _, j := range sc.idx[:keep] {
+		acc += float64(w[j])
+		if u < acc {
+			sc.lg = nil
+			return j
+		}
+	}
+	sc.lg = nil
+	return sc.idx[keep-1]
+}

@@ -1,0 +1,25 @@
+package rollout
+
+import "github.com/longhaul-rl/longhaul/runlog"
+
+// Trace extracts one rollout's calls and declared boundaries from log
+// events (any order of attempts; the log order is kept), the input of
+// segment.Build. Every logged call belongs to the rollout's single chain:
+// a resumed attempt reuses the calls before it and never regenerates one.
+func Trace(events []runlog.Event, id runlog.RolloutID) ([]runlog.CallFinished, []runlog.Compaction) {
+	var calls []runlog.CallFinished
+	var bounds []runlog.Compaction
+	for _, ev := range events {
+		switch e := ev.(type) {
+		case runlog.CallFinished:
+			if e.Rollout == id {
+				calls = append(calls, e)
+			}
+		case runlog.Compaction:
+			if e.Rollout == id {
+				bounds = append(bounds, e)
+			}
+		}
+	}
+	return calls, bounds
+}

@@ -1,0 +1,236 @@
+package runlog
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
+)
+
+func TestGroupIDs(t *testing.T) {
+	a, b := NewGroupID(1, 0, 5), NewGroupID(1, 0, 5)
+	if a != b {
+		t.Fatalf("NewGroupID is not deterministic: %v vs %v", a, b)
+	}
+	if NewGroupID(1, 0, 6) == a || NewGroupID(2, 0, 5) == a || NewGroupID(1, 1, 5) == a {
+		t.Fatalf("NewGroupID collides across inputs")
+	}
+	g, err := ParseGroupID(a.String())
+	if err != nil || g != a {
+		t.Fatalf("ParseGroupID(%q) = %v, %v", a.String(), g, err)
+	}
+	if s := GroupID(0x0123456789abcdef).String(); s != "g0123456789abcdef" {
+		t.Fatalf("String = %q", s)
+	}
+	r := RolloutID{Group: a, Member: 3}
+	got, err := ParseRolloutID(r.String())
+	if err != nil || got != r {
+		t.Fatalf("ParseRolloutID(%q) = %v, %v", r.String(), got, err)
+	}
+	for _, bad := range []string{"", "g123", "x0123456789abcdef", "g0123456789abcdeg", "g0123456789abcdef", "g0123456789abcdef-", "g0123456789abcdef-70000"} {
+		if _, err := ParseRolloutID(bad); err == nil {
+			t.Errorf("ParseRolloutID(%q) succeeded", bad)
+		}
+	}
+}
+
+// started returns a state with one admitted group of two members whose
+// member 0 runs attempt 2.
+func started(t *testing.T) (*State, GroupID) {
+	t.Helper()
+	s := NewState()
+	g := NewGroupID(testSeed, 0, 0)
+	for _, ev := range []Event{
+		RunStarted{Seed: testSeed, Mode: "throughput"},
+		PromptAdmitted{Epoch: 0, Cursor: 0, PromptID: "p0", Group: g, Size: 2},
+		AttemptStarted{Rollout: RolloutID{g, 0}, Attempt: 1},
+		AttemptStarted{Rollout: RolloutID{g, 0}, Attempt: 2},
+	} {
+		if err := Apply(s, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, g
+}
+
+func TestApplyRejects(t *testing.T) {
+	s, g := started(t)
+	r0 := RolloutID{g, 0}
+	call := func(attempt, idx uint32) CallFinished {
+		return CallFinished{Rollout: r0, Attempt: attempt, Call: idx, PromptSuffix: []int32{1}, Sampled: []int32{2}, Logprobs: []float32{-1}, Finish: FinishStop, Selected: true}
+	}
+	cases := []struct {
+		name string
+		ev   Event
+		want error
+	}{
+		{"unknown group", AttemptStarted{Rollout: RolloutID{g + 1, 0}, Attempt: 1}, ErrUnknownGroup},
+		{"unknown member", AttemptStarted{Rollout: RolloutID{g, 9}, Attempt: 1}, ErrUnknownRollout},
+		{"stale attempt start", AttemptStarted{Rollout: r0, Attempt: 1}, ErrStaleAttempt},
+		{"same attempt start", AttemptStarted{Rollout: r0, Attempt: 2}, ErrStaleAttempt},
+		{"stale call", call(1, 0), ErrStaleAttempt},
+		{"stale seal", RolloutSealed{Rollout: r0, Attempt: 1}, ErrStaleAttempt},
+		{"future attempt", call(3, 0), ErrInvalidEvent},
+		{"call out of order", call(2, 1), ErrCallOrder},
+		{"prefix beyond context", CallFinished{Rollout: r0, Attempt: 2, PromptPrefix: 5, Finish: FinishStop}, ErrInvalidEvent},
+		{"logprobs mismatch", CallFinished{Rollout: r0, Attempt: 2, Sampled: []int32{1}, Finish: FinishStop}, ErrInvalidEvent},
+		{"commit unsealed", GroupCommitted{Group: g}, ErrGroupState},
+		{"train uncommitted", StepTrained{Step: 1, Groups: []GroupID{g}, Version: 1}, ErrGroupState},
+		{"step out of order", StepTrained{Step: 2, Groups: []GroupID{g}, Version: 1}, ErrInvalidEvent},
+		{"compaction without call", Compaction{Rollout: r0, Attempt: 2}, ErrInvalidEvent},
+		{"admit wrong id", PromptAdmitted{Epoch: 0, Cursor: 1, Group: 7, Size: 1}, ErrInvalidEvent},
+		{"admit skips cursor", PromptAdmitted{Epoch: 0, Cursor: 2, Group: NewGroupID(testSeed, 0, 2), Size: 1}, ErrInvalidEvent},
+		{"second run start", RunStarted{Seed: 1, Mode: "throughput"}, ErrInvalidEvent},
+		{"bad failure class", RolloutFailed{Rollout: r0, Attempt: 2, Class: "weird"}, ErrInvalidEvent},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.Digest()
+			err := Apply(s, tc.ev)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Apply(%#v) = %v, want %v", tc.ev, err, tc.want)
+			}
+			if s.Digest() != before {
+				t.Fatalf("rejected event changed the state")
+			}
+			t.Log(err)
+		})
+	}
+	// Sealing twice.
+	if err := Apply(s, RolloutSealed{Rollout: r0, Attempt: 2, Outcome: OutcomeCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(s, RolloutSealed{Rollout: r0, Attempt: 2}); !errors.Is(err, ErrSealed) {
+		t.Fatalf("second seal: %v, want ErrSealed", err)
+	}
+	if err := Apply(NewState(), AttemptStarted{}); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("event before RunStarted: %v", err)
+	}
+}
+
+func TestSegmentsAfterCompaction(t *testing.T) {
+	s, g := started(t)
+	r0 := RolloutID{g, 0}
+	evs := []Event{
+		CallFinished{Rollout: r0, Attempt: 2, Call: 0, PromptSuffix: []int32{1, 2}, Sampled: []int32{3}, Logprobs: []float32{0}, Finish: FinishStop, Selected: true},
+		CallFinished{Rollout: r0, Attempt: 2, Call: 1, PromptPrefix: 3, PromptSuffix: []int32{4}, Sampled: []int32{5}, Logprobs: []float32{0}, Finish: FinishStop, Selected: true},
+		Compaction{Rollout: r0, Attempt: 2, Boundary: 0, AfterCall: 1, Policy: "recency"},
+		CallFinished{Rollout: r0, Attempt: 2, Call: 2, PromptPrefix: 0, PromptSuffix: []int32{9}, Sampled: []int32{5}, Logprobs: []float32{0}, Finish: FinishStop, Selected: true},
+	}
+	for _, ev := range evs {
+		if err := Apply(s, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var segs []uint32
+	for _, c := range s.Rollout(r0).Calls {
+		segs = append(segs, c.Segment)
+	}
+	if diff := cmp.Diff([]uint32{0, 0, 1}, segs); diff != "" {
+		t.Fatalf("segments (-want +got):\n%s", diff)
+	}
+	_, prompts := Contexts(append([]Event{AttemptStarted{}}, evs...))
+	if diff := cmp.Diff([][]int32{{1, 2}, {1, 2, 3, 4}, {9}}, prompts); diff != "" {
+		t.Fatalf("prompts (-want +got):\n%s", diff)
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := NewState()
+		evs := genRun(s, rapidChooser{t}, rapid.IntRange(1, 80).Draw(t, "n"), t.Fatalf)
+		for _, ev := range evs {
+			b, err := EncodeEvent(nil, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b2, _ := EncodeEvent(nil, ev)
+			if string(b) != string(b2) {
+				t.Fatalf("encoding is not deterministic")
+			}
+			got, err := DecodeEvent(b)
+			if err != nil {
+				t.Fatalf("decode %v: %v", ev.Kind(), err)
+			}
+			if diff := cmp.Diff(ev, got); diff != "" {
+				t.Fatalf("round trip (-want +got):\n%s", diff)
+			}
+		}
+	})
+	b, _ := EncodeEvent(nil, GroupCommitted{Group: 1})
+	b[0] = 2
+	if _, err := DecodeEvent(b); !errors.Is(err, ErrUnknownVersion) {
+		t.Fatalf("unknown version: %v", err)
+	}
+	b[0], b[1] = 1, 200
+	if _, err := DecodeEvent(b); !errors.Is(err, ErrUnknownKind) {
+		t.Fatalf("unknown kind: %v", err)
+	}
+}
+
+// TestSnapshotFold: folding from a snapshot (a base at k1, a delta at k2)
+// plus the tail equals folding everything.
+func TestSnapshotFold(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ref := NewState()
+		evs := genRun(ref, rapidChooser{t}, rapid.IntRange(1, 150).Draw(t, "n"), t.Fatalf)
+		k1 := rapid.IntRange(0, len(evs)).Draw(t, "k1")
+		k2 := rapid.IntRange(k1, len(evs)).Draw(t, "k2")
+		s := NewState()
+		for _, ev := range evs[:k1] {
+			if err := Apply(s, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		base := encodeStateBody(nil, s, true, nil, 0, 0)
+		nt, nc := len(s.Trained), len(s.Checkpoints)
+		dirty := map[GroupID]struct{}{}
+		for _, ev := range evs[k1:k2] {
+			if err := Apply(s, ev); err != nil {
+				t.Fatal(err)
+			}
+			markDirty(dirty, ev)
+		}
+		var ids []GroupID
+		for id := range dirty {
+			ids = append(ids, id)
+		}
+		delta := encodeStateBody(nil, s, false, ids, nt, nc)
+
+		got := NewState()
+		if err := decodeStateBody(got, base); err != nil {
+			t.Fatal(err)
+		}
+		if err := decodeStateBody(got, delta); err != nil {
+			t.Fatal(err)
+		}
+		rebuildOrder(got)
+		if diff := cmp.Diff(s, got); diff != "" {
+			t.Fatalf("snapshot state (-want +got):\n%s", diff)
+		}
+		for _, ev := range evs[k2:] {
+			if err := Apply(got, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if diff := cmp.Diff(ref, got); diff != "" {
+			t.Fatalf("snapshot + tail (-want +got):\n%s", diff)
+		}
+		if !got.Equal(ref) {
+			t.Fatalf("digests differ")
+		}
+		if c := ref.Clone(); !c.Equal(ref) || cmp.Diff(ref, c) != "" {
+			t.Fatalf("Clone differs")
+		}
+	})
+}
+
+func TestModelRunsLong(t *testing.T) {
+	s := NewState()
+	genRun(s, randChooser{rand.New(rand.NewPCG(1, 2))}, 5000, t.Fatalf)
+	if s.Step == 0 || s.Counts[KindCompaction] == 0 || s.Counts[KindRolloutFailed] == 0 {
+		t.Fatalf("model run too narrow: step %d counts %v", s.Step, s.Counts)
+	}
+}

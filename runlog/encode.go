@@ -1,0 +1,588 @@
+package runlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Event encoding (one record payload):
+//
+//	[version u8 = 1][kind u8][fields in declaration order]
+//
+// Integers are varints (zig-zag for signed), float64 are 8 bytes LE, strings
+// and byte slices are a uvarint length then the bytes, fixed arrays are raw.
+// The encoding is a pure function of the event, so equal events encode to
+// equal bytes. A new encoding of a kind gets a new version number; a decoder
+// refuses versions it does not know rather than guessing.
+//
+// Token arrays of CallFinished are written in one of two modes, named by a
+// byte: inline (4 bytes LE per token / logprob), used by EncodeEvent, or as
+// references into the blob store, used by the log.
+
+// encodingVersion is the only event encoding this package writes and reads.
+const encodingVersion = 1
+
+// Token modes of a CallFinished payload.
+const (
+	tokensInline = 0
+	tokensBlobs  = 1
+)
+
+// ErrUnknownVersion is returned when a payload's encoding version is not one
+// this build knows.
+var ErrUnknownVersion = errors.New("runlog: unknown event encoding version")
+
+// ErrUnknownKind is returned for an event kind this build does not know.
+var ErrUnknownKind = errors.New("runlog: unknown event kind")
+
+// ErrDecode wraps every malformed-payload error.
+var ErrDecode = errors.New("runlog: malformed event")
+
+type enc struct{ b []byte }
+
+func (e *enc) u8(v uint8)    { e.b = append(e.b, v) }
+func (e *enc) uv(v uint64)   { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) sv(v int64)    { e.b = binary.AppendVarint(e.b, v) }
+func (e *enc) f64(v float64) { e.b = binary.LittleEndian.AppendUint64(e.b, math.Float64bits(v)) }
+func (e *enc) str(s string)  { e.uv(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *enc) raw(p []byte)  { e.uv(uint64(len(p))); e.b = append(e.b, p...) }
+func (e *enc) bool(v bool) {
+	if v {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+}
+
+// dec is a sticky-error decoder: check err once at the end.
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) fail(format string, a ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrDecode}, a...)...)
+	}
+}
+
+func (d *dec) u8() uint8 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 1 {
+		d.fail("short byte")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *dec) uv() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad uvarint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) u32() uint32 {
+	v := d.uv()
+	if v > math.MaxUint32 {
+		d.fail("value %d overflows uint32", v)
+	}
+	return uint32(v)
+}
+
+func (d *dec) u16() uint16 {
+	v := d.uv()
+	if v > math.MaxUint16 {
+		d.fail("value %d overflows uint16", v)
+	}
+	return uint16(v)
+}
+
+func (d *dec) sv() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) f64() float64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.fail("short float64")
+		return 0
+	}
+	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *dec) bytes() []byte {
+	n := d.uv()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("length %d beyond payload", n)
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	p := make([]byte, n)
+	copy(p, d.b[:n])
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *dec) str() string {
+	n := d.uv()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("length %d beyond payload", n)
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *dec) bool() bool {
+	switch d.u8() {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	d.fail("bad bool")
+	return false
+}
+
+func (d *dec) fixed(p []byte) {
+	if d.err != nil {
+		return
+	}
+	if len(d.b) < len(p) {
+		d.fail("short fixed field")
+		return
+	}
+	copy(p, d.b)
+	d.b = d.b[len(p):]
+}
+
+func (d *dec) rollout() RolloutID {
+	return RolloutID{Group: GroupID(d.uv()), Member: d.u16()}
+}
+
+func (e *enc) rollout(r RolloutID) { e.uv(uint64(r.Group)); e.uv(uint64(r.Member)) }
+
+// putTokens appends tokens as 4-byte LE words.
+func putTokens(b []byte, t []int32) []byte {
+	for _, v := range t {
+		b = binary.LittleEndian.AppendUint32(b, uint32(v))
+	}
+	return b
+}
+
+func putFloats(b []byte, f []float32) []byte {
+	for _, v := range f {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	return b
+}
+
+func getTokens(b []byte) []int32 {
+	if len(b) == 0 {
+		return nil
+	}
+	t := make([]int32, len(b)/4)
+	for i := range t {
+		t[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return t
+}
+
+func getFloats(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	f := make([]float32, len(b)/4)
+	for i := range f {
+		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return f
+}
+
+// EncodeEvent appends the self-contained encoding of ev (tokens inline) to
+// dst. It fails only for an event type this package does not know.
+func EncodeEvent(dst []byte, ev Event) ([]byte, error) {
+	return encodeEvent(dst, ev, nil)
+}
+
+// DecodeEvent decodes a payload written by EncodeEvent.
+func DecodeEvent(b []byte) (Event, error) {
+	ev, err := decodeEvent(b)
+	if err != nil {
+		return nil, err
+	}
+	if cr, ok := ev.(*callRecord); ok {
+		if cr.mode != tokensInline {
+			return nil, fmt.Errorf("%w: call tokens are blob references; read it through a Log", ErrDecode)
+		}
+		return cr.CallFinished, nil
+	}
+	return ev, nil
+}
+
+// callRecord is a decoded CallFinished whose token arrays may still be in
+// the blob store. Apply needs only their lengths, so replay never reads
+// blobs.
+type callRecord struct {
+	CallFinished
+	mode              uint8
+	suffix, sampled   blobRef // mode == tokensBlobs
+	nSuffix, nSampled uint32
+	nLogprobs         uint32
+}
+
+func (*callRecord) Kind() Kind { return KindCallFinished }
+
+// putBlob stores data in the blob store and returns its reference.
+type putBlob func(data []byte) (blobRef, error)
+
+func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
+	e := enc{b: dst}
+	e.u8(encodingVersion)
+	e.u8(uint8(ev.Kind()))
+	switch v := ev.(type) {
+	case RunStarted:
+		e.b = append(e.b, v.ConfigDigest[:]...)
+		e.uv(v.Seed)
+		e.str(v.Mode)
+	case PromptAdmitted:
+		e.uv(uint64(v.Epoch))
+		e.uv(v.Cursor)
+		e.str(v.PromptID)
+		e.uv(uint64(v.Group))
+		e.uv(uint64(v.Size))
+		e.sv(v.Step)
+	case AttemptStarted:
+		e.rollout(v.Rollout)
+		e.uv(uint64(v.Attempt))
+		e.uv(v.Seed)
+		e.sv(v.Version)
+	case CallFinished:
+		e.rollout(v.Rollout)
+		e.uv(uint64(v.Attempt))
+		e.uv(uint64(v.Call))
+		e.uv(uint64(v.PromptPrefix))
+		e.str(v.Finish)
+		e.sv(v.Version)
+		e.bool(v.Selected)
+		e.str(v.Reject)
+		if put == nil {
+			e.u8(tokensInline)
+			e.uv(uint64(len(v.PromptSuffix)))
+			e.b = putTokens(e.b, v.PromptSuffix)
+			e.uv(uint64(len(v.Sampled)))
+			e.b = putTokens(e.b, v.Sampled)
+			e.uv(uint64(len(v.Logprobs)))
+			e.b = putFloats(e.b, v.Logprobs)
+			break
+		}
+		// Sampled tokens and their logprobs share one blob: they are
+		// always read together and always have equal lengths.
+		e.u8(tokensBlobs)
+		sr, err := put(putTokens(nil, v.PromptSuffix))
+		if err != nil {
+			return dst, err
+		}
+		sb := putTokens(make([]byte, 0, 4*(len(v.Sampled)+len(v.Logprobs))), v.Sampled)
+		mr, err := put(putFloats(sb, v.Logprobs))
+		if err != nil {
+			return dst, err
+		}
+		e.uv(uint64(len(v.PromptSuffix)))
+		e.uv(uint64(len(v.Sampled)))
+		e.uv(uint64(len(v.Logprobs)))
+		e.ref(sr)
+		e.ref(mr)
+	case EnvStep:
+		e.rollout(v.Rollout)
+		e.uv(uint64(v.Attempt))
+		e.uv(uint64(v.Turn))
+		e.str(v.Action)
+		e.str(v.Observation)
+		e.f64(v.Reward)
+		e.bool(v.Done)
+		e.raw(v.State)
+	case Compaction:
+		e.rollout(v.Rollout)
+		e.uv(uint64(v.Attempt))
+		e.uv(uint64(v.Boundary))
+		e.uv(uint64(v.AfterCall))
+		e.str(v.Policy)
+		e.uv(uint64(len(v.Lineage)))
+		for _, l := range v.Lineage {
+			e.uv(uint64(l.Message))
+			e.u8(uint8(l.Op))
+		}
+		e.uv(uint64(v.TokensBefore))
+		e.uv(uint64(v.TokensAfter))
+	case RolloutSealed:
+		e.rollout(v.Rollout)
+		e.uv(uint64(v.Attempt))
+		e.str(v.Outcome)
+		e.f64(v.Reward)
+		e.bool(v.Success)
+	case RolloutFailed:
+		e.rollout(v.Rollout)
+		e.uv(uint64(v.Attempt))
+		e.str(v.Class)
+		e.str(v.Reason)
+	case GroupCommitted:
+		e.uv(uint64(v.Group))
+	case StepTrained:
+		e.sv(v.Step)
+		e.uv(uint64(len(v.Groups)))
+		for _, g := range v.Groups {
+			e.uv(uint64(g))
+		}
+		e.sv(v.Version)
+	case CheckpointDurable:
+		e.sv(v.Step)
+		e.sv(v.Version)
+		e.str(v.Path)
+		e.b = append(e.b, v.ManifestDigest[:]...)
+	case SnapshotWritten:
+		e.uv(v.Offset)
+		e.str(v.Path)
+	default:
+		return dst, fmt.Errorf("%w: %T", ErrUnknownKind, ev)
+	}
+	return e.b, nil
+}
+
+func decodeEvent(b []byte) (Event, error) {
+	d := dec{b: b}
+	ver := d.u8()
+	kind := Kind(d.u8())
+	if d.err != nil {
+		return nil, d.err
+	}
+	if ver != encodingVersion {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownVersion, ver)
+	}
+	var ev Event
+	switch kind {
+	case KindRunStarted:
+		var v RunStarted
+		d.fixed(v.ConfigDigest[:])
+		v.Seed = d.uv()
+		v.Mode = d.str()
+		ev = v
+	case KindPromptAdmitted:
+		var v PromptAdmitted
+		v.Epoch = d.u32()
+		v.Cursor = d.uv()
+		v.PromptID = d.str()
+		v.Group = GroupID(d.uv())
+		v.Size = d.u16()
+		v.Step = d.sv()
+		ev = v
+	case KindAttemptStarted:
+		var v AttemptStarted
+		v.Rollout = d.rollout()
+		v.Attempt = d.u32()
+		v.Seed = d.uv()
+		v.Version = d.sv()
+		ev = v
+	case KindCallFinished:
+		cr := &callRecord{}
+		v := &cr.CallFinished
+		v.Rollout = d.rollout()
+		v.Attempt = d.u32()
+		v.Call = d.u32()
+		v.PromptPrefix = d.u32()
+		v.Finish = d.str()
+		v.Version = d.sv()
+		v.Selected = d.bool()
+		v.Reject = d.str()
+		cr.mode = d.u8()
+		switch cr.mode {
+		case tokensInline:
+			v.PromptSuffix = getTokens(d.words())
+			v.Sampled = getTokens(d.words())
+			v.Logprobs = getFloats(d.words())
+			cr.nSuffix, cr.nSampled, cr.nLogprobs = uint32(len(v.PromptSuffix)), uint32(len(v.Sampled)), uint32(len(v.Logprobs))
+		case tokensBlobs:
+			cr.nSuffix, cr.nSampled, cr.nLogprobs = d.u32(), d.u32(), d.u32()
+			cr.suffix = d.ref()
+			cr.sampled = d.ref()
+			if d.err == nil && (uint64(cr.suffix.Len) != 4*uint64(cr.nSuffix) || uint64(cr.sampled.Len) != 4*(uint64(cr.nSampled)+uint64(cr.nLogprobs))) {
+				d.fail("blob lengths disagree with token counts")
+			}
+		default:
+			d.fail("unknown token mode %d", cr.mode)
+		}
+		ev = cr
+	case KindEnvStep:
+		var v EnvStep
+		v.Rollout = d.rollout()
+		v.Attempt = d.u32()
+		v.Turn = d.u32()
+		v.Action = d.str()
+		v.Observation = d.str()
+		v.Reward = d.f64()
+		v.Done = d.bool()
+		v.State = d.bytes()
+		ev = v
+	case KindCompaction:
+		var v Compaction
+		v.Rollout = d.rollout()
+		v.Attempt = d.u32()
+		v.Boundary = d.u32()
+		v.AfterCall = d.u32()
+		v.Policy = d.str()
+		n := d.uv()
+		if n > uint64(len(d.b)) {
+			d.fail("lineage count %d beyond payload", n)
+			n = 0
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			v.Lineage = append(v.Lineage, Lineage{Message: d.u32(), Op: LineageOp(d.u8())})
+		}
+		v.TokensBefore = d.u32()
+		v.TokensAfter = d.u32()
+		ev = v
+	case KindRolloutSealed:
+		var v RolloutSealed
+		v.Rollout = d.rollout()
+		v.Attempt = d.u32()
+		v.Outcome = d.str()
+		v.Reward = d.f64()
+		v.Success = d.bool()
+		ev = v
+	case KindRolloutFailed:
+		var v RolloutFailed
+		v.Rollout = d.rollout()
+		v.Attempt = d.u32()
+		v.Class = d.str()
+		v.Reason = d.str()
+		ev = v
+	case KindGroupCommitted:
+		ev = GroupCommitted{Group: GroupID(d.uv())}
+	case KindStepTrained:
+		var v StepTrained
+		v.Step = d.sv()
+		n := d.uv()
+		if n > uint64(len(d.b)) {
+			d.fail("group count %d beyond payload", n)
+			n = 0
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			v.Groups = append(v.Groups, GroupID(d.uv()))
+		}
+		v.Version = d.sv()
+		ev = v
+	case KindCheckpointDurable:
+		var v CheckpointDurable
+		v.Step = d.sv()
+		v.Version = d.sv()
+		v.Path = d.str()
+		d.fixed(v.ManifestDigest[:])
+		ev = v
+	case KindSnapshotWritten:
+		var v SnapshotWritten
+		v.Offset = d.uv()
+		v.Path = d.str()
+		ev = v
+	default:
+		return nil, fmt.Errorf("%w: %d", ErrUnknownKind, kind)
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("decode %v: %w", kind, d.err)
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("decode %v: %w: %d bytes left over", kind, ErrDecode, len(d.b))
+	}
+	return ev, nil
+}
+
+// words reads a uvarint count then that many 4-byte words.
+func (d *dec) words() []byte {
+	n := d.uv()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b))/4 {
+		d.fail("word count %d beyond payload", n)
+		return nil
+	}
+	p := d.b[:4*n]
+	d.b = d.b[4*n:]
+	return p
+}
+
+func (e *enc) ref(r blobRef) {
+	e.b = append(e.b, r.Sum[:]...)
+	e.uv(r.Pack)
+	e.uv(r.Off)
+	e.uv(uint64(r.Len))
+}
+
+func (d *dec) ref() blobRef {
+	var r blobRef
+	d.fixed(r.Sum[:])
+	r.Pack = d.uv()
+	r.Off = d.uv()
+	r.Len = d.u32()
+	return r
+}
+
+var kindNames = [...]string{
+	KindRunStarted:        "RunStarted",
+	KindPromptAdmitted:    "PromptAdmitted",
+	KindAttemptStarted:    "AttemptStarted",
+	KindCallFinished:      "CallFinished",
+	KindEnvStep:           "EnvStep",
+	KindCompaction:        "Compaction",
+	KindRolloutSealed:     "RolloutSealed",
+	KindRolloutFailed:     "RolloutFailed",
+	KindGroupCommitted:    "GroupCommitted",
+	KindStepTrained:       "StepTrained",
+	KindCheckpointDurable: "CheckpointDurable",
+	KindSnapshotWritten:   "SnapshotWritten",
+}
+
+// String returns the kind's type name, e.g. "CallFinished".
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// numKinds bounds the kind values this build knows (exclusive).
+const numKinds = int(KindSnapshotWritten) + 1

@@ -1,0 +1,781 @@
+package runlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+)
+
+// ErrClosed is returned by calls on a closed Log.
+var ErrClosed = errors.New("runlog: log closed")
+
+// Options configure a Log. The zero value is usable.
+type Options struct {
+	// SegmentSize is the size at which a segment is closed and the next
+	// one started (default 64 MiB).
+	SegmentSize int64
+	// Logger receives recovery and snapshot reports (default: discard).
+	Logger *slog.Logger
+	// NoGroupCommit makes every Append its own fsync: the baseline the
+	// benchmarks compare group commit against.
+	NoGroupCommit bool
+	// MaxBatch bounds the appends that share one fsync (default 1024).
+	MaxBatch int
+	// SnapshotChain is how many incremental snapshots may follow a base
+	// snapshot before the next one is a base again (default 16).
+	SnapshotChain int
+}
+
+// Dir layout under the run directory.
+const (
+	logSubdir  = "runlog"
+	snapSubdir = "snap"
+)
+
+// Log is an open run log. Append is safe for concurrent use; appends from
+// many goroutines share fsyncs (group commit).
+type Log struct {
+	opts    Options
+	logger  *slog.Logger
+	logDir  string
+	snapDir string
+
+	mu    sync.RWMutex
+	s     *State // durable state: every event in it is on disk
+	end   Offset // durable end of the log
+	segs  []uint64
+	dirty map[GroupID]struct{} // groups changed since the last snapshot
+
+	recovery Recovery
+	files    fileCache
+	blobs    blobReader
+
+	reqc chan *request
+	quit chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	// Owned by the stager goroutine.
+	w        *State // durable state plus the appends staged or syncing
+	segBase  uint64 // the segment being staged into
+	segSize  uint64 // its size including staged units
+	pack     *packWriter
+	scratch  []byte
+	cur      *unit
+	inflight []*unit // handed to the syncer, maybe not yet published
+	seq      uint64
+
+	// Owned by the syncer goroutine.
+	segF, packF *os.File
+
+	readyc     chan struct{} // the syncer is idle
+	unitc      chan *unit
+	stagerDone chan struct{}
+	published  uint64 // seq of the last published unit; under mu
+	failed     error  // under mu
+
+	snapMu sync.Mutex // one snapshot at a time
+	chain  []snapMeta
+}
+
+type applied struct {
+	ev  Event
+	off Offset
+}
+
+type request struct {
+	evs  []Event
+	off  Offset
+	err  error
+	ok   bool
+	done chan struct{}
+}
+
+// Open opens the run log under dir (the run directory; files go to
+// dir/runlog), creating it if absent. It cuts a torn tail (see Recovery),
+// loads the newest valid snapshot and replays the log after it. A corrupt
+// record in the middle of the log is an error (*CorruptionError).
+func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = 64 << 20
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 1024
+	}
+	if opts.NoGroupCommit {
+		opts.MaxBatch = 1
+	}
+	if opts.SnapshotChain <= 0 {
+		opts.SnapshotChain = 16
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Log{
+		opts:       opts,
+		logger:     opts.Logger,
+		logDir:     filepath.Join(dir, logSubdir),
+		snapDir:    filepath.Join(dir, logSubdir, snapSubdir),
+		dirty:      map[GroupID]struct{}{},
+		reqc:       make(chan *request),
+		quit:       make(chan struct{}),
+		done:       make(chan struct{}),
+		readyc:     make(chan struct{}),
+		unitc:      make(chan *unit, 1),
+		stagerDone: make(chan struct{}),
+		cur:        &unit{seq: 1},
+	}
+	l.files.dir = l.logDir
+	l.blobs.dir = l.logDir
+	if err := os.MkdirAll(l.snapDir, 0o755); err != nil {
+		return nil, fmt.Errorf("open run log: %w", err)
+	}
+	if err := l.recover(ctx); err != nil {
+		l.files.close()
+		return nil, err
+	}
+	go l.stager()
+	go l.syncer()
+	return l, nil
+}
+
+// recover replays the log into l.s and opens a fresh segment for appends.
+func (l *Log) recover(ctx context.Context) error {
+	bases, err := listSegments(l.logDir)
+	if err != nil {
+		return err
+	}
+	var filesEnd uint64
+	if n := len(bases); n > 0 {
+		fi, err := os.Stat(filepath.Join(l.logDir, segName(bases[n-1])))
+		if err != nil {
+			return fmt.Errorf("open run log: %w", err)
+		}
+		filesEnd = bases[n-1] + uint64(fi.Size())
+	}
+	st, from, chain := l.loadSnapshots(filesEnd)
+	l.chain = chain
+	var end uint64
+	for i, base := range bases {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		last := i == len(bases)-1
+		if i > 0 && base != end {
+			return &CorruptionError{Path: segName(base), Offset: Offset(end), Err: corruptf("segment starts at %d, previous one ends at %d", base, end)}
+		}
+		path := filepath.Join(l.logDir, segName(base))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("open run log: %w", err)
+		}
+		size := base + uint64(len(b))
+		if from >= size && from > base {
+			end = size // covered by the snapshot
+			continue
+		}
+		start := 0
+		if from > base {
+			start = int(from - base)
+		}
+		res, err := scanSegment(b, base, start, func(off Offset, p []byte) error {
+			ev, err := decodeEvent(p)
+			if err == nil {
+				err = ApplyAt(st, ev, off)
+			}
+			if err == nil {
+				markDirty(l.dirty, ev)
+			}
+			if err != nil {
+				return &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("replay: %w", err)}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		end = base + uint64(res.end)
+		if res.err == nil {
+			continue
+		}
+		if !last || !res.torn {
+			return &CorruptionError{Path: path, Offset: Offset(base + uint64(res.damage)), Err: res.err}
+		}
+		l.recovery = Recovery{Truncated: true, Segment: path, Offset: Offset(end), Bytes: int64(len(b) - res.end), Records: res.dropped, Message: res.err.Error()}
+		l.logger.Warn("runlog: cut torn tail", "segment", path, "offset", end, "bytes", l.recovery.Bytes, "records", res.dropped, "reason", res.err)
+		if err := os.Truncate(path, int64(res.end)); err != nil {
+			return fmt.Errorf("cut torn tail: %w", err)
+		}
+		if err := syncFile(path); err != nil {
+			return err
+		}
+	}
+	if n := len(bases); n > 0 {
+		// A segment with no records (or a torn header) is replaced by a
+		// fresh one at the same base.
+		if last := bases[n-1]; end-last <= segHeaderSize {
+			for _, name := range []string{segName(last), packName(last)} {
+				if err := os.Remove(filepath.Join(l.logDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("open run log: %w", err)
+				}
+			}
+			bases = bases[:n-1]
+			end = last
+		}
+	}
+	if from > end {
+		return fmt.Errorf("open run log: snapshot covers offset %d beyond the log end %d: %w", from, end, ErrCorrupt)
+	}
+	seg, pack, err := createSegment(l.logDir, end)
+	if err != nil {
+		return err
+	}
+	l.s, l.w = st, st.Clone()
+	l.segs = append(bases, end)
+	l.segF, l.packF = seg, pack
+	l.segBase, l.segSize = end, segHeaderSize
+	l.pack = newPackWriter(end)
+	l.end = Offset(end + segHeaderSize)
+	return nil
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return nil
+}
+
+// Recovery reports what Open cut from a torn tail.
+func (l *Log) Recovery() Recovery { return l.recovery }
+
+// End returns the durable end of the log: the offset the next record gets.
+func (l *Log) End() Offset {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.end
+}
+
+// View calls fn with the current durable state under a read lock. fn must
+// not mutate s nor keep references into it after returning.
+func (l *Log) View(fn func(s *State)) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	fn(l.s)
+}
+
+// Append validates evs in order with Apply, writes them as one atomic
+// append, fsyncs, and applies them to the state. It returns the offset of
+// the first event once all are durable. If any event is invalid nothing is
+// written and the error says which. Concurrent Appends share one fsync.
+//
+// Once an append has been handed to the writer, Append waits for its
+// outcome even if ctx is cancelled: the append may already be durable.
+func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
+	if len(evs) == 0 {
+		return 0, errors.New("runlog: append of no events")
+	}
+	req := &request{evs: evs, done: make(chan struct{})}
+	select {
+	case l.reqc <- req:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-l.quit:
+		return 0, ErrClosed
+	}
+	<-req.done
+	return req.off, req.err
+}
+
+// A unit is a batch of appends staged together and made durable by one
+// fsync (two when it carries blobs: the pack first).
+type unit struct {
+	seq      uint64
+	reqs     []*request
+	seg      []byte    // framed records
+	pack     []byte    // blob frames
+	acc      []applied // the accepted events, with offsets
+	end      Offset    // log end once written
+	roll     bool      // start the next segment at nextBase afterwards
+	nextBase uint64
+}
+
+// Group commit runs as a two-stage pipeline. The stager validates (Apply on
+// its private state w), encodes and buffers appends into a unit; the syncer
+// writes and fsyncs one unit at a time and then publishes it. Every append
+// that arrives while the syncer is in fsync joins the next unit, so one
+// fsync acknowledges them all.
+func (l *Log) stager() {
+	defer close(l.stagerDone)
+	for {
+		reqc, readyc := l.reqc, l.readyc
+		if len(l.cur.reqs) >= l.opts.MaxBatch {
+			reqc = nil
+		}
+		if len(l.cur.reqs) == 0 {
+			readyc = nil
+		}
+		select {
+		case r := <-reqc:
+			l.stage(r)
+		case <-readyc:
+			l.handOff()
+		case <-l.quit:
+			if len(l.cur.reqs) > 0 {
+				<-l.readyc
+				l.handOff()
+			}
+			return
+		}
+	}
+}
+
+func (l *Log) failure() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.failed
+}
+
+// stage validates and encodes one append into the current unit, or
+// answers it with the reason it was rejected.
+func (l *Log) stage(r *request) {
+	if err := l.failure(); err != nil {
+		r.err = err
+		close(r.done)
+		return
+	}
+	u := l.cur
+	bm, pm, am := len(u.seg), l.pack.mark(), len(u.acc)
+	pos := l.segBase + l.segSize
+	r.off = Offset(pos + uint64(bm))
+	var err error
+	for i, ev := range r.evs {
+		off := Offset(pos + uint64(len(u.seg)))
+		// Validate first so a rejected event never reaches the pack.
+		if err = ApplyAt(l.w, ev, off); err != nil {
+			break
+		}
+		u.acc = append(u.acc, applied{ev, off})
+		var p []byte
+		if p, err = encodeEvent(l.scratch[:0], ev, l.pack.put); err != nil {
+			break
+		}
+		l.scratch = p
+		var flags byte
+		if i == len(r.evs)-1 {
+			flags = flagCommit
+		}
+		u.seg = appendFrame(u.seg, p, flags)
+	}
+	if err == nil {
+		u.reqs = append(u.reqs, r)
+		return
+	}
+	u.seg = u.seg[:bm]
+	l.pack.rollback(pm)
+	if len(u.acc) > am {
+		// Earlier events of this append reached w: rebuild it.
+		u.acc = u.acc[:am]
+		l.rebuildW()
+	}
+	r.err = err
+	close(r.done)
+}
+
+// rebuildW recomputes the stager's state as the durable state plus every
+// accepted event not yet published.
+func (l *Log) rebuildW() {
+	l.mu.RLock()
+	w, pub := l.s.Clone(), l.published
+	l.mu.RUnlock()
+	for _, u := range append(l.inflight, l.cur) {
+		if u.seq <= pub {
+			continue
+		}
+		for _, a := range u.acc {
+			if err := ApplyAt(w, a.ev, a.off); err != nil {
+				panic(fmt.Sprintf("runlog: re-applying an accepted event failed: %v", err))
+			}
+		}
+	}
+	l.w = w
+}
+
+// handOff gives the current unit to the syncer (which is idle).
+func (l *Log) handOff() {
+	u := l.cur
+	u.pack = l.pack.take()
+	l.segSize += uint64(len(u.seg))
+	u.end = Offset(l.segBase + l.segSize)
+	if int64(l.segSize) >= l.opts.SegmentSize {
+		u.roll, u.nextBase = true, l.segBase+l.segSize
+		l.segBase, l.segSize = u.nextBase, segHeaderSize
+		l.pack = newPackWriter(u.nextBase)
+	}
+	l.mu.RLock()
+	pub := l.published
+	l.mu.RUnlock()
+	keep := l.inflight[:0]
+	for _, v := range l.inflight {
+		if v.seq > pub {
+			keep = append(keep, v)
+		}
+	}
+	l.inflight = append(keep, u)
+	l.seq++
+	l.cur = &unit{seq: l.seq + 1}
+	l.unitc <- u
+}
+
+func (l *Log) syncer() {
+	defer close(l.done)
+	for {
+		select {
+		case l.readyc <- struct{}{}:
+		case <-l.stagerDone:
+			return
+		}
+		l.sync(<-l.unitc)
+	}
+}
+
+// sync makes one unit durable, publishes it and answers its appends.
+func (l *Log) sync(u *unit) {
+	defer func() {
+		for _, r := range u.reqs {
+			close(r.done)
+		}
+	}()
+	err := l.failure()
+	if err == nil && len(u.pack) > 0 {
+		if _, err = l.packF.Write(u.pack); err == nil {
+			err = l.packF.Sync()
+		}
+		if err != nil {
+			err = fmt.Errorf("write pack: %w", err)
+		}
+	}
+	if err == nil {
+		if _, err = l.segF.Write(u.seg); err == nil {
+			err = l.segF.Sync()
+		}
+		if err != nil {
+			err = fmt.Errorf("write segment: %w", err)
+		}
+	}
+	if err != nil {
+		l.fail(err)
+		for _, r := range u.reqs {
+			r.err = l.failure()
+		}
+		return
+	}
+	l.mu.Lock()
+	for _, a := range u.acc {
+		if err := ApplyAt(l.s, a.ev, a.off); err != nil {
+			l.mu.Unlock()
+			panic(fmt.Sprintf("runlog: durable state rejected an event the stager accepted: %v", err))
+		}
+		markDirty(l.dirty, a.ev)
+	}
+	l.end, l.published = u.end, u.seq
+	l.mu.Unlock()
+	if u.roll {
+		if err := l.roll(u.nextBase); err != nil {
+			l.fail(err)
+		}
+	}
+}
+
+// fail marks the log failed: after a failed write or fsync nothing about
+// the file can be trusted, so every later append is refused.
+func (l *Log) fail(err error) {
+	l.logger.Error("runlog: append failed", "err", err)
+	l.mu.Lock()
+	if l.failed == nil {
+		l.failed = fmt.Errorf("runlog: log failed: %w", err)
+	}
+	l.mu.Unlock()
+}
+
+// roll closes the full segment and starts the next one at base.
+func (l *Log) roll(base uint64) error {
+	if err := l.segF.Close(); err != nil {
+		return fmt.Errorf("close segment: %w", err)
+	}
+	if err := l.packF.Close(); err != nil {
+		return fmt.Errorf("close pack: %w", err)
+	}
+	seg, pack, err := createSegment(l.logDir, base)
+	if err != nil {
+		return err
+	}
+	l.segF, l.packF = seg, pack
+	l.mu.Lock()
+	l.segs = append(l.segs, base)
+	l.end = Offset(base + segHeaderSize)
+	l.mu.Unlock()
+	return nil
+}
+
+// markDirty records the groups an event changed, for incremental snapshots.
+func markDirty(d map[GroupID]struct{}, ev Event) {
+	switch v := ev.(type) {
+	case PromptAdmitted:
+		d[v.Group] = struct{}{}
+	case AttemptStarted:
+		d[v.Rollout.Group] = struct{}{}
+	case CallFinished:
+		d[v.Rollout.Group] = struct{}{}
+	case *callRecord:
+		d[v.Rollout.Group] = struct{}{}
+	case EnvStep:
+		d[v.Rollout.Group] = struct{}{}
+	case Compaction:
+		d[v.Rollout.Group] = struct{}{}
+	case RolloutSealed:
+		d[v.Rollout.Group] = struct{}{}
+	case RolloutFailed:
+		d[v.Rollout.Group] = struct{}{}
+	case GroupCommitted:
+		d[v.Group] = struct{}{}
+	case StepTrained:
+		for _, g := range v.Groups {
+			d[g] = struct{}{}
+		}
+	}
+}
+
+// Close stops the writer and closes the files. Appends in flight finish
+// first; later ones return ErrClosed.
+func (l *Log) Close() error {
+	var err error
+	l.once.Do(func() {
+		close(l.quit)
+		<-l.done
+		err = errors.Join(l.segF.Close(), l.packF.Close())
+		l.files.close()
+		l.blobs.close()
+	})
+	return err
+}
+
+// Events calls fn for every event of the log, in order, with tokens read
+// from the blob store. It stops at the first error fn returns.
+func (l *Log) Events(ctx context.Context, fn func(off Offset, ev Event) error) error {
+	l.mu.RLock()
+	end, segs := l.end, slices.Clone(l.segs)
+	l.mu.RUnlock()
+	return scanLog(ctx, l.logDir, segs, uint64(end), false, func(off Offset, ev Event) error {
+		ev, err := materialize(&l.blobs, ev)
+		if err != nil {
+			return err
+		}
+		return fn(off, ev)
+	}, nil)
+}
+
+// scanLog decodes every committed event of the segments up to end. With
+// tolerateTail, a torn tail of the last segment ends the scan and is
+// reported through tail instead of failing.
+func scanLog(ctx context.Context, dir string, segs []uint64, end uint64, tolerateTail bool, fn func(Offset, Event) error, tail *Recovery) error {
+	for i, base := range segs {
+		if base >= end {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		path := filepath.Join(dir, segName(base))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read run log: %w", err)
+		}
+		if uint64(len(b)) > end-base {
+			b = b[:end-base]
+		}
+		res, err := scanSegment(b, base, 0, func(off Offset, p []byte) error {
+			ev, err := decodeEvent(p)
+			if err != nil {
+				return &CorruptionError{Path: path, Offset: off, Err: err}
+			}
+			return fn(off, ev)
+		})
+		if err != nil {
+			return err
+		}
+		if res.err != nil {
+			if tolerateTail && res.torn && i == len(segs)-1 {
+				if tail != nil {
+					*tail = Recovery{Truncated: true, Segment: path, Offset: Offset(base + uint64(res.end)), Bytes: int64(len(b) - res.end), Records: res.dropped, Message: res.err.Error()}
+				}
+				return nil
+			}
+			return &CorruptionError{Path: path, Offset: Offset(base + uint64(res.damage)), Err: res.err}
+		}
+	}
+	return nil
+}
+
+// materialize replaces a call record's blob references with its tokens.
+func materialize(br *blobReader, ev Event) (Event, error) {
+	cr, ok := ev.(*callRecord)
+	if !ok {
+		return ev, nil
+	}
+	c := cr.CallFinished
+	if cr.mode == tokensBlobs {
+		sb, err := br.get(cr.suffix)
+		if err != nil {
+			return nil, err
+		}
+		mb, err := br.get(cr.sampled)
+		if err != nil {
+			return nil, err
+		}
+		c.PromptSuffix = getTokens(sb)
+		c.Sampled = getTokens(mb[:4*cr.nSampled])
+		c.Logprobs = getFloats(mb[4*cr.nSampled:])
+	}
+	return c, nil
+}
+
+// RolloutEvents returns the events of one rollout in log order, with
+// tokens: what a resumed rollout replays. It reads only that rollout's
+// records, located through the state's index.
+func (l *Log) RolloutEvents(id RolloutID) ([]Event, error) {
+	var offs []Offset
+	var segs []uint64
+	var err error
+	l.View(func(s *State) {
+		r, e := s.rollout(id)
+		if e != nil {
+			err = e
+			return
+		}
+		offs = slices.Clone(r.Events)
+		segs = slices.Clone(l.segs)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rollout events: %w", err)
+	}
+	evs := make([]Event, 0, len(offs))
+	for _, off := range offs {
+		ev, err := l.eventAt(segs, off)
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// eventAt reads, checks and decodes the record at off.
+func (l *Log) eventAt(segs []uint64, off Offset) (Event, error) {
+	i := sort.Search(len(segs), func(i int) bool { return segs[i] > uint64(off) }) - 1
+	if i < 0 {
+		return nil, fmt.Errorf("runlog: offset %d before the first segment", off)
+	}
+	name := segName(segs[i])
+	f, err := l.files.file(name)
+	if err != nil {
+		return nil, err
+	}
+	pos := int64(uint64(off) - segs[i])
+	var h [frameHeaderSize]byte
+	if _, err := f.ReadAt(h[:], pos); err != nil {
+		return nil, &CorruptionError{Path: f.Name(), Offset: off, Err: fmt.Errorf("%w: read record: %w", ErrCorrupt, err)}
+	}
+	n := int(uint32(h[0]) | uint32(h[1])<<8 | uint32(h[2])<<16 | uint32(h[3])<<24)
+	if n > maxPayload {
+		return nil, &CorruptionError{Path: f.Name(), Offset: off, Err: corruptf("frame length %d", n)}
+	}
+	b := make([]byte, frameHeaderSize+n)
+	if _, err := f.ReadAt(b, pos); err != nil {
+		return nil, &CorruptionError{Path: f.Name(), Offset: off, Err: fmt.Errorf("%w: read record: %w", ErrCorrupt, err)}
+	}
+	p, _, _, err := parseFrame(b)
+	if err != nil {
+		return nil, &CorruptionError{Path: f.Name(), Offset: off, Err: err}
+	}
+	ev, err := decodeEvent(p)
+	if err != nil {
+		return nil, &CorruptionError{Path: f.Name(), Offset: off, Err: err}
+	}
+	return materialize(&l.blobs, ev)
+}
+
+// fileCache keeps read-only handles on the log's files.
+type fileCache struct {
+	dir   string
+	mu    sync.Mutex
+	files map[string]*os.File
+}
+
+func (c *fileCache) file(name string) (*os.File, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.files[name]; f != nil {
+		return f, nil
+	}
+	f, err := os.Open(filepath.Join(c.dir, name))
+	if err != nil {
+		return nil, fmt.Errorf("runlog: %w", err)
+	}
+	if c.files == nil {
+		c.files = map[string]*os.File{}
+	}
+	c.files[name] = f
+	return f, nil
+}
+
+func (c *fileCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.files {
+		f.Close()
+	}
+	c.files = nil
+}
+
+// Context returns the rollout's current context: the prompt of its latest
+// selected call followed by that call's sampled tokens (what the next
+// call's PromptPrefix counts into). It is nil before the first call.
+func (l *Log) Context(id RolloutID) ([]int32, error) {
+	evs, err := l.RolloutEvents(id)
+	if err != nil {
+		return nil, err
+	}
+	ctx, _ := Contexts(evs)
+	return ctx, nil
+}
+
+// Contexts folds a rollout's events (as RolloutEvents returns them) into
+// its current context and the full prompt of every call, in call order.
+func Contexts(evs []Event) (ctx []int32, prompts [][]int32) {
+	for _, ev := range evs {
+		c, ok := ev.(CallFinished)
+		if !ok {
+			continue
+		}
+		p := make([]int32, 0, int(c.PromptPrefix)+len(c.PromptSuffix))
+		p = append(p, ctx[:min(int(c.PromptPrefix), len(ctx))]...)
+		p = append(p, c.PromptSuffix...)
+		prompts = append(prompts, p)
+		if c.Selected {
+			ctx = append(slices.Clip(p), c.Sampled...)
+		}
+	}
+	return ctx, prompts
+}

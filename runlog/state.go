@@ -1,0 +1,524 @@
+package runlog
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Offset is a position in the run log: the byte offset of a record from the
+// start of the first segment. Offsets only grow and are never reused.
+type Offset uint64
+
+// Errors returned by Apply, each wrapped with the details of the event.
+var (
+	// ErrInvalidEvent is the parent of every Apply rejection.
+	ErrInvalidEvent = errors.New("runlog: invalid event")
+	// ErrStaleAttempt: the event names an attempt older than the
+	// rollout's current one (the fence), so it is a late result.
+	ErrStaleAttempt = fmt.Errorf("%w: stale attempt", ErrInvalidEvent)
+	// ErrUnknownGroup / ErrUnknownRollout: the event names an id the log
+	// never admitted.
+	ErrUnknownGroup   = fmt.Errorf("%w: unknown group", ErrInvalidEvent)
+	ErrUnknownRollout = fmt.Errorf("%w: unknown rollout", ErrInvalidEvent)
+	// ErrCallOrder: a call index that is not the rollout's next one.
+	ErrCallOrder = fmt.Errorf("%w: call out of order", ErrInvalidEvent)
+	// ErrSealed: the rollout is already sealed.
+	ErrSealed = fmt.Errorf("%w: rollout sealed", ErrInvalidEvent)
+	// ErrGroupState: a group is not in the state the event requires
+	// (committing one with unfinished members, training an uncommitted or
+	// already trained one, ...).
+	ErrGroupState = fmt.Errorf("%w: group state", ErrInvalidEvent)
+)
+
+// RolloutStatus is where a rollout stands.
+type RolloutStatus uint8
+
+// Rollout statuses.
+const (
+	StatusPending RolloutStatus = iota // admitted, no attempt yet
+	StatusRunning                      // its current attempt is live
+	StatusFailed                       // its current attempt failed; a retry may follow
+	StatusSealed                       // finished with a reward
+)
+
+func (s RolloutStatus) String() string {
+	switch s {
+	case StatusPending:
+		return "pending"
+	case StatusRunning:
+		return "running"
+	case StatusFailed:
+		return "failed"
+	case StatusSealed:
+		return "sealed"
+	}
+	return fmt.Sprintf("RolloutStatus(%d)", uint8(s))
+}
+
+// GroupStatus is where a group stands.
+type GroupStatus uint8
+
+// Group statuses.
+const (
+	GroupStatusOpen      GroupStatus = iota // members still running
+	GroupStatusCommitted                    // may be trained
+	GroupStatusTrained                      // a step trained on it
+)
+
+func (s GroupStatus) String() string {
+	switch s {
+	case GroupStatusOpen:
+		return "open"
+	case GroupStatusCommitted:
+		return "committed"
+	case GroupStatusTrained:
+		return "trained"
+	}
+	return fmt.Sprintf("GroupStatus(%d)", uint8(s))
+}
+
+// Call is what the state keeps of one CallFinished: lengths and positions,
+// never the tokens (those stay in the blob store, reachable through the
+// record at Offset).
+type Call struct {
+	Offset   Offset // the CallFinished record
+	Attempt  uint32
+	Prefix   uint32 // PromptPrefix
+	Suffix   uint32 // len(PromptSuffix)
+	Sampled  uint32 // len(Sampled)
+	Version  int64
+	Segment  uint32 // index of the segment (training row) the call belongs to
+	Stop     bool   // Finish == FinishStop (else FinishLength)
+	Selected bool
+}
+
+// Failure is the last failure of a rollout.
+type Failure struct {
+	Attempt uint32
+	Class   string
+	Reason  string
+}
+
+// Rollout is one group member.
+type Rollout struct {
+	ID             RolloutID
+	Status         RolloutStatus
+	Attempt        uint32 // current attempt (0: none yet); older ones are fenced
+	AttemptSeed    uint64
+	AttemptVersion int64
+	Calls          []Call
+	// CtxLen is the length of the context the next call's prompt extends:
+	// the prompt plus sample of the last selected call.
+	CtxLen      uint32
+	Segment     uint32 // segment index of the latest call
+	Compactions uint32 // declared boundaries so far
+	// CompactionPending is set by a Compaction and cleared by the next
+	// call, which starts a new segment.
+	CompactionPending bool
+	EnvSteps          uint32
+	EnvReward         float64 // sum of EnvStep rewards
+	EnvDone           bool
+	Failures          uint32
+	LastFailure       Failure
+	Outcome           string
+	Reward            float64
+	Success           bool
+	// Events are the offsets of every event of this rollout, in log
+	// order: what a resumed rollout replays (Log.RolloutEvents).
+	Events []Offset
+}
+
+// Group is the rollouts of one prompt.
+type Group struct {
+	ID       GroupID
+	Seq      uint64 // admission order, from 0
+	Epoch    uint32
+	Cursor   uint64
+	PromptID string
+	Status   GroupStatus
+	Step     int64 // the step that trained it, when Status == GroupStatusTrained
+	ForStep  int64 // the step the schedule assigned it to at admission (PromptAdmitted.Step)
+	Members  []*Rollout
+}
+
+// TrainedStep is one StepTrained.
+type TrainedStep struct {
+	Step    int64
+	Version int64
+	Groups  []GroupID
+}
+
+// State is the run state folded from the log. Read it through Log.View;
+// mutate it only with Apply.
+type State struct {
+	Started      bool
+	Seed         uint64
+	Mode         string
+	ConfigDigest [32]byte
+	Epoch        uint32 // data cursor: the epoch of the last admitted prompt
+	NextCursor   uint64 // data cursor: the next position to admit in Epoch
+	Step         int64
+	Version      int64
+	Groups       map[GroupID]*Group
+	Order        []GroupID // admission order
+	Trained      []TrainedStep
+	Checkpoints  []CheckpointDurable
+	LastSnapshot SnapshotWritten
+	Applied      uint64           // events applied
+	Counts       [numKinds]uint64 // events applied, by kind
+}
+
+// NewState returns the state of an empty log.
+func NewState() *State { return &State{Groups: map[GroupID]*Group{}} }
+
+// Apply folds ev into s. It is pure in the sense that matters for replay:
+// no I/O, no clock, no randomness, so the same events give the same state.
+// It mutates s in place for speed, but only after the whole event has been
+// validated, so a rejected event leaves s exactly as it was.
+//
+// Events applied with Apply are indexed by their ordinal; a Log uses ApplyAt
+// with record offsets.
+func Apply(s *State, ev Event) error { return ApplyAt(s, ev, Offset(s.Applied)) }
+
+// ApplyAt is Apply for an event stored at off.
+func ApplyAt(s *State, ev Event, off Offset) error {
+	if err := apply(s, ev, off); err != nil {
+		return fmt.Errorf("apply %v: %w", ev.Kind(), err)
+	}
+	k := ev.Kind()
+	s.Applied++
+	if int(k) < numKinds {
+		s.Counts[k]++
+	}
+	return nil
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidEvent}, a...)...)
+}
+
+// Rollout returns the rollout with this id, or nil.
+func (s *State) Rollout(id RolloutID) *Rollout {
+	g := s.Groups[id.Group]
+	if g == nil || int(id.Member) >= len(g.Members) {
+		return nil
+	}
+	return g.Members[id.Member]
+}
+
+func (s *State) rollout(id RolloutID) (*Rollout, error) {
+	g := s.Groups[id.Group]
+	if g == nil {
+		return nil, fmt.Errorf("%w %s (rollout %s)", ErrUnknownGroup, id.Group, id)
+	}
+	if int(id.Member) >= len(g.Members) {
+		return nil, fmt.Errorf("%w %s: group has %d members", ErrUnknownRollout, id, len(g.Members))
+	}
+	return g.Members[id.Member], nil
+}
+
+// live checks that the event's attempt is the rollout's current one and
+// that the rollout can still change.
+func (s *State) live(id RolloutID, attempt uint32) (*Rollout, error) {
+	r, err := s.rollout(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.Groups[id.Group].Status != GroupStatusOpen {
+		return nil, fmt.Errorf("%w: rollout %s: group is %v", ErrGroupState, id, s.Groups[id.Group].Status)
+	}
+	switch {
+	case attempt < r.Attempt:
+		return nil, fmt.Errorf("%w: rollout %s attempt %d, current is %d", ErrStaleAttempt, id, attempt, r.Attempt)
+	case attempt > r.Attempt:
+		return nil, invalid("rollout %s attempt %d was never started (current %d)", id, attempt, r.Attempt)
+	case r.Status == StatusSealed:
+		return nil, fmt.Errorf("%w: %s", ErrSealed, id)
+	case r.Status == StatusFailed:
+		return nil, invalid("rollout %s attempt %d already failed", id, attempt)
+	}
+	return r, nil
+}
+
+func apply(s *State, ev Event, off Offset) error {
+	if s.Groups == nil {
+		s.Groups = map[GroupID]*Group{}
+	}
+	if _, ok := ev.(RunStarted); !ok && !s.Started {
+		return invalid("%v before RunStarted", ev.Kind())
+	}
+	switch v := ev.(type) {
+	case RunStarted:
+		if s.Started {
+			return invalid("run already started")
+		}
+		if v.Mode != "deterministic" && v.Mode != "throughput" {
+			return invalid("mode %q is neither deterministic nor throughput", v.Mode)
+		}
+		s.Started, s.Seed, s.Mode, s.ConfigDigest = true, v.Seed, v.Mode, v.ConfigDigest
+	case PromptAdmitted:
+		return applyAdmit(s, v)
+	case AttemptStarted:
+		r, err := s.rollout(v.Rollout)
+		if err != nil {
+			return err
+		}
+		if g := s.Groups[v.Rollout.Group]; g.Status != GroupStatusOpen {
+			return fmt.Errorf("%w: attempt on %s of %v group", ErrGroupState, v.Rollout, g.Status)
+		}
+		if r.Status == StatusSealed {
+			return fmt.Errorf("%w: attempt %d on %s", ErrSealed, v.Attempt, v.Rollout)
+		}
+		if v.Attempt <= r.Attempt {
+			return fmt.Errorf("%w: rollout %s attempt %d, current is %d", ErrStaleAttempt, v.Rollout, v.Attempt, r.Attempt)
+		}
+		r.Attempt, r.AttemptSeed, r.AttemptVersion, r.Status = v.Attempt, v.Seed, v.Version, StatusRunning
+		r.Events = append(r.Events, off)
+	case CallFinished:
+		return applyCall(s, v.Rollout, v.Attempt, v.Call, v.PromptPrefix, uint32(len(v.PromptSuffix)), uint32(len(v.Sampled)), uint32(len(v.Logprobs)), v.Finish, v.Version, v.Selected, off)
+	case *callRecord:
+		return applyCall(s, v.Rollout, v.Attempt, v.Call, v.PromptPrefix, v.nSuffix, v.nSampled, v.nLogprobs, v.Finish, v.Version, v.Selected, off)
+	case EnvStep:
+		r, err := s.live(v.Rollout, v.Attempt)
+		if err != nil {
+			return err
+		}
+		r.EnvSteps++
+		r.EnvReward += v.Reward
+		r.EnvDone = v.Done
+		r.Events = append(r.Events, off)
+	case Compaction:
+		r, err := s.live(v.Rollout, v.Attempt)
+		if err != nil {
+			return err
+		}
+		if len(r.Calls) == 0 || v.AfterCall != uint32(len(r.Calls)-1) {
+			return invalid("compaction of %s after call %d, but the rollout has %d calls", v.Rollout, v.AfterCall, len(r.Calls))
+		}
+		if v.Boundary != r.Compactions {
+			return invalid("compaction of %s has boundary %d, want %d", v.Rollout, v.Boundary, r.Compactions)
+		}
+		if r.CompactionPending {
+			return invalid("compaction of %s: the previous one has no call after it yet", v.Rollout)
+		}
+		r.Compactions++
+		r.CompactionPending = true
+		r.Events = append(r.Events, off)
+	case RolloutSealed:
+		r, err := s.live(v.Rollout, v.Attempt)
+		if err != nil {
+			return err
+		}
+		r.Status, r.Outcome, r.Reward, r.Success = StatusSealed, v.Outcome, v.Reward, v.Success
+		r.Events = append(r.Events, off)
+	case RolloutFailed:
+		if v.Class != ClassInfra && v.Class != ClassData {
+			return invalid("failure class %q of %s", v.Class, v.Rollout)
+		}
+		r, err := s.live(v.Rollout, v.Attempt)
+		if err != nil {
+			return err
+		}
+		r.Status = StatusFailed
+		r.Failures++
+		r.LastFailure = Failure{Attempt: v.Attempt, Class: v.Class, Reason: v.Reason}
+		r.Events = append(r.Events, off)
+	case GroupCommitted:
+		g := s.Groups[v.Group]
+		if g == nil {
+			return fmt.Errorf("%w %s", ErrUnknownGroup, v.Group)
+		}
+		if g.Status != GroupStatusOpen {
+			return fmt.Errorf("%w: commit of %s, which is %v", ErrGroupState, v.Group, g.Status)
+		}
+		for _, r := range g.Members {
+			if r.Status != StatusSealed && r.Status != StatusFailed {
+				return fmt.Errorf("%w: commit of %s: member %s is %v", ErrGroupState, v.Group, r.ID, r.Status)
+			}
+		}
+		g.Status = GroupStatusCommitted
+	case StepTrained:
+		if v.Step != s.Step+1 {
+			return invalid("step %d after step %d", v.Step, s.Step)
+		}
+		if v.Version < s.Version {
+			return invalid("step %d publishes version %d, older than %d", v.Step, v.Version, s.Version)
+		}
+		if len(v.Groups) == 0 {
+			return invalid("step %d trains no group", v.Step)
+		}
+		for i, id := range v.Groups {
+			g := s.Groups[id]
+			if g == nil {
+				return fmt.Errorf("%w %s in step %d", ErrUnknownGroup, id, v.Step)
+			}
+			if g.Status != GroupStatusCommitted {
+				return fmt.Errorf("%w: step %d trains %s, which is %v", ErrGroupState, v.Step, id, g.Status)
+			}
+			if slices.Contains(v.Groups[:i], id) {
+				return fmt.Errorf("%w: step %d lists %s twice", ErrGroupState, v.Step, id)
+			}
+		}
+		for _, id := range v.Groups {
+			g := s.Groups[id]
+			g.Status, g.Step = GroupStatusTrained, v.Step
+		}
+		s.Step, s.Version = v.Step, v.Version
+		s.Trained = append(s.Trained, TrainedStep{Step: v.Step, Version: v.Version, Groups: slices.Clone(v.Groups)})
+	case CheckpointDurable:
+		if v.Step > s.Step || v.Step < 0 {
+			return invalid("checkpoint of step %d, but the run is at step %d", v.Step, s.Step)
+		}
+		s.Checkpoints = append(s.Checkpoints, v)
+	case SnapshotWritten:
+		if v.Offset > uint64(off) {
+			return invalid("snapshot covers offset %d, beyond its own record at %d", v.Offset, off)
+		}
+		s.LastSnapshot = v
+	default:
+		return fmt.Errorf("%w: %T", ErrUnknownKind, ev)
+	}
+	return nil
+}
+
+func applyAdmit(s *State, v PromptAdmitted) error {
+	if v.Size == 0 {
+		return invalid("prompt %q admitted with an empty group", v.PromptID)
+	}
+	if want := NewGroupID(s.Seed, v.Epoch, v.Cursor); v.Group != want {
+		return invalid("prompt %q at epoch %d cursor %d has group %s, want %s", v.PromptID, v.Epoch, v.Cursor, v.Group, want)
+	}
+	if _, ok := s.Groups[v.Group]; ok {
+		return invalid("group %s admitted twice", v.Group)
+	}
+	switch {
+	case v.Epoch == s.Epoch && v.Cursor == s.NextCursor:
+	case v.Epoch > s.Epoch && v.Cursor == 0:
+	default:
+		return invalid("prompt %q at epoch %d cursor %d, but the cursor is at epoch %d position %d", v.PromptID, v.Epoch, v.Cursor, s.Epoch, s.NextCursor)
+	}
+	g := &Group{ID: v.Group, Seq: uint64(len(s.Order)), Epoch: v.Epoch, Cursor: v.Cursor, PromptID: v.PromptID, ForStep: v.Step, Members: make([]*Rollout, v.Size)}
+	for i := range g.Members {
+		g.Members[i] = &Rollout{ID: RolloutID{Group: v.Group, Member: uint16(i)}}
+	}
+	s.Groups[v.Group] = g
+	s.Order = append(s.Order, v.Group)
+	s.Epoch, s.NextCursor = v.Epoch, v.Cursor+1
+	return nil
+}
+
+func applyCall(s *State, id RolloutID, attempt, call, prefix, nSuffix, nSampled, nLogprobs uint32, finish string, version int64, selected bool, off Offset) error {
+	r, err := s.live(id, attempt)
+	if err != nil {
+		return err
+	}
+	if call != uint32(len(r.Calls)) {
+		return fmt.Errorf("%w: rollout %s call %d, want %d", ErrCallOrder, id, call, len(r.Calls))
+	}
+	if prefix > r.CtxLen {
+		return invalid("rollout %s call %d keeps %d prompt tokens of a %d-token context", id, call, prefix, r.CtxLen)
+	}
+	if nLogprobs != nSampled {
+		return invalid("rollout %s call %d has %d logprobs for %d sampled tokens", id, call, nLogprobs, nSampled)
+	}
+	if finish != FinishStop && finish != FinishLength {
+		return invalid("rollout %s call %d finish %q", id, call, finish)
+	}
+	seg := r.Segment
+	if r.CompactionPending {
+		// The first call after a declared boundary opens a new segment,
+		// whatever prefix of the old context it kept.
+		seg++
+	}
+	r.Calls = append(r.Calls, Call{Offset: off, Attempt: attempt, Prefix: prefix, Suffix: nSuffix, Sampled: nSampled,
+		Version: version, Segment: seg, Stop: finish == FinishStop, Selected: selected})
+	r.Segment = seg
+	r.CompactionPending = false
+	if selected {
+		r.CtxLen = prefix + nSuffix + nSampled
+	}
+	r.Events = append(r.Events, off)
+	return nil
+}
+
+// Clone returns a deep copy of s.
+func (s *State) Clone() *State {
+	c := *s
+	c.Groups = make(map[GroupID]*Group, len(s.Groups))
+	for id, g := range s.Groups {
+		c.Groups[id] = g.clone()
+	}
+	c.Order = slices.Clone(s.Order)
+	c.Trained = make([]TrainedStep, len(s.Trained))
+	for i, t := range s.Trained {
+		c.Trained[i] = TrainedStep{Step: t.Step, Version: t.Version, Groups: slices.Clone(t.Groups)}
+	}
+	c.Checkpoints = slices.Clone(s.Checkpoints)
+	return &c
+}
+
+func (g *Group) clone() *Group {
+	c := *g
+	c.Members = make([]*Rollout, len(g.Members))
+	for i, r := range g.Members {
+		rc := *r
+		rc.Calls = slices.Clone(r.Calls)
+		rc.Events = slices.Clone(r.Events)
+		c.Members[i] = &rc
+	}
+	return &c
+}
+
+// Uncommitted returns the open groups in admission order.
+func (s *State) Uncommitted() []GroupID { return s.groupsWith(GroupStatusOpen) }
+
+// Committed returns the committed, not yet trained groups in admission order.
+func (s *State) Committed() []GroupID { return s.groupsWith(GroupStatusCommitted) }
+
+// TrainedGroups returns the trained groups in admission order.
+func (s *State) TrainedGroups() []GroupID { return s.groupsWith(GroupStatusTrained) }
+
+func (s *State) groupsWith(st GroupStatus) []GroupID {
+	var out []GroupID
+	for _, id := range s.Order {
+		if s.Groups[id].Status == st {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Rewards returns the rewards of a group's members (0 for members that are
+// not sealed) and whether each is sealed.
+func (s *State) Rewards(id GroupID) (rewards []float64, sealed []bool, err error) {
+	g := s.Groups[id]
+	if g == nil {
+		return nil, nil, fmt.Errorf("%w %s", ErrUnknownGroup, id)
+	}
+	for _, r := range g.Members {
+		rewards = append(rewards, r.Reward)
+		sealed = append(sealed, r.Status == StatusSealed)
+	}
+	return rewards, sealed, nil
+}
+
+// Sealed reports whether the rollout exists and is sealed.
+func (s *State) Sealed(id RolloutID) bool {
+	r := s.Rollout(id)
+	return r != nil && r.Status == StatusSealed
+}
+
+// TrainedAfter returns the groups trained by steps after step, in
+// admission order: on resume from a checkpoint at step, these go back to
+// "committed, not trained" (their data is kept until a checkpoint covers
+// them).
+func (s *State) TrainedAfter(step int64) []GroupID {
+	var out []GroupID
+	for _, id := range s.Order {
+		if g := s.Groups[id]; g.Status == GroupStatusTrained && g.Step > step {
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -1,0 +1,136 @@
+// Package embedded is the in-process Trainer over the embedded model.
+package embedded
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/train"
+)
+
+// Checkpoint file names.
+const (
+	WeightsFile = "model.safetensors"
+	StateFile   = "trainer.state"
+	MetaFile    = "trainer.json"
+)
+
+// Trainer trains an embedded model with the PG loss (and SFT for warm
+// start). Step k publishes version k: the version is the optimizer step
+// count of RL steps, kept separately from the model's own step counter so a
+// warm start does not shift versions.
+type Trainer struct {
+	t       *model.Trainer
+	oc      model.OptimConfig
+	pg      model.LossConfig
+	sft     model.LossConfig
+	version int64
+}
+
+// New wraps a model trainer.
+func New(m *model.Model, oc model.OptimConfig, pg model.LossConfig) (*Trainer, error) {
+	t, err := model.NewTrainer(m, oc)
+	if err != nil {
+		return nil, err
+	}
+	pg.Kind = model.LossPG
+	return &Trainer{t: t, oc: oc, pg: pg, sft: model.LossConfig{Kind: model.LossSFT, Norm: model.NormTokenMean}}, nil
+}
+
+// Model returns the trained model (mutated by TrainStep).
+func (t *Trainer) Model() *model.Model { return t.t.Model() }
+
+// TrainStep implements train.Trainer.
+func (t *Trainer) TrainStep(ctx context.Context, b train.Batch) (train.StepStats, error) {
+	lc := t.pg
+	switch b.Loss {
+	case train.LossPG, "":
+	case train.LossSFT:
+		lc = t.sft
+	default:
+		return train.StepStats{}, fmt.Errorf("embedded trainer: unknown loss %q", b.Loss)
+	}
+	seqs := make([]model.Sequence, len(b.Rows))
+	for i, r := range b.Rows {
+		seqs[i] = model.Sequence{Tokens: r.Tokens, Mask: r.Mask, Advantages: r.Advantages, OldLogprobs: r.OldLogprobs}
+	}
+	st, err := t.t.Step(ctx, seqs, lc)
+	if err != nil {
+		return train.StepStats{}, fmt.Errorf("embedded trainer: %w", err)
+	}
+	t.version++
+	return train.StepStats{Step: t.version, Version: t.version, Loss: st.Loss, GradNorm: st.GradNorm,
+		LR: st.LR, ClipFrac: st.ClipFrac, Tokens: st.Tokens}, nil
+}
+
+// State implements train.Trainer.
+func (t *Trainer) State(context.Context) (train.State, error) {
+	return train.State{Step: t.version, Version: t.version}, nil
+}
+
+type meta struct {
+	Version int64 `json:"version"`
+}
+
+// SaveCheckpoint implements train.Trainer: weights (safetensors + config.json),
+// optimizer state and the version.
+func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
+	if err := t.t.Model().SaveSafetensors(filepath.Join(dir, WeightsFile)); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, StateFile))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := t.t.SaveState(w); err != nil {
+		f.Close()
+		return err
+	}
+	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(meta{Version: t.version})
+	return os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644)
+}
+
+// LoadCheckpoint implements train.Trainer.
+func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
+	m, err := model.Load(filepath.Join(dir, WeightsFile))
+	if err != nil {
+		return err
+	}
+	nt, err := model.NewTrainer(m, t.oc)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(filepath.Join(dir, StateFile))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := nt.LoadState(bufio.NewReader(f)); err != nil {
+		return fmt.Errorf("embedded trainer: %s: %w", dir, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	if err != nil {
+		return err
+	}
+	var md meta
+	if err := json.Unmarshal(b, &md); err != nil {
+		return fmt.Errorf("embedded trainer: %s: %w", MetaFile, err)
+	}
+	t.t, t.version = nt, md.Version
+	return nil
+}
+
+// ExportWeights implements train.Trainer.
+func (t *Trainer) ExportWeights(_ context.Context, path string) error {
+	return t.t.Model().SaveSafetensors(path)
+}

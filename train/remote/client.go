@@ -1,0 +1,225 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/longhaul-rl/longhaul/train"
+)
+
+// Failure classes, as in gen/openai: infra is worth retrying (timeouts,
+// connection errors, 5xx, 408, 429); data is not (other 4xx, bad answers).
+const (
+	ClassInfra = "infra"
+	ClassData  = "data"
+)
+
+// Error is a failed trainer call.
+type Error struct {
+	Class  string
+	Status int    // HTTP status, 0 when none came back
+	Server string // the trainer's base URL
+	Err    error
+}
+
+func (e *Error) Error() string {
+	s := "remote trainer " + e.Class + " error from " + e.Server
+	if e.Status != 0 {
+		s += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ClassOf returns the class of err ("" for nil; unknown errors are data).
+func ClassOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.As(err, &ne) {
+		return ClassInfra
+	}
+	return ClassData
+}
+
+// ErrStepConflict is in the chain of a TrainStep refused because the
+// trainer is not at the step the client expected (a retried step that had
+// in fact been applied). Call State to resynchronise.
+var ErrStepConflict = errors.New("trainer step conflict")
+
+// Options configure a Client.
+type Options struct {
+	HTTPClient *http.Client // nil: a fresh client
+	APIKey     string
+	// StepTimeout bounds one train_step (default 30m); Timeout bounds the
+	// other calls (default 10m: checkpoints of big models are slow).
+	StepTimeout, Timeout time.Duration
+}
+
+// Client drives a trainer over the protocol. It never retries on its own:
+// whether a failed step happened is the caller's question, answered by
+// State or by the step fence (see TrainStep).
+type Client struct {
+	url  string
+	hc   *http.Client
+	opts Options
+
+	mu    sync.Mutex
+	known int64 // the trainer's step as last reported, -1 before any report
+}
+
+var _ train.Trainer = (*Client)(nil)
+
+// New returns a client for the trainer at base URL url.
+func New(url string, opts Options) *Client {
+	if opts.StepTimeout <= 0 {
+		opts.StepTimeout = 30 * time.Minute
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Minute
+	}
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	return &Client{url: strings.TrimSuffix(url, "/"), hc: hc, opts: opts, known: -1}
+}
+
+func (c *Client) setKnown(step int64) {
+	c.mu.Lock()
+	c.known = step
+	c.mu.Unlock()
+}
+
+// TrainStep sends the batch. Once the client has seen the trainer's step
+// (from State or an earlier step) it sends it as expect_step, so a step
+// resent after an infra failure is refused with ErrStepConflict instead of
+// being applied twice.
+func (c *Client) TrainStep(ctx context.Context, b train.Batch) (train.StepStats, error) {
+	c.mu.Lock()
+	expect := c.known
+	c.mu.Unlock()
+	payload, err := encodeBatch(b, expect)
+	if err != nil {
+		return train.StepStats{}, &Error{Class: ClassData, Server: c.url, Err: fmt.Errorf("encode batch: %w", err)}
+	}
+	var ws wireStats
+	if err := c.do(ctx, c.opts.StepTimeout, http.MethodPost, "/v1/train_step", "application/octet-stream", payload, &ws); err != nil {
+		return train.StepStats{}, err
+	}
+	c.setKnown(ws.Step)
+	return ws.stats(), nil
+}
+
+// State asks the trainer where it stands.
+func (c *Client) State(ctx context.Context) (train.State, error) {
+	var s wireState
+	if err := c.do(ctx, c.opts.Timeout, http.MethodGet, "/v1/state", "", nil, &s); err != nil {
+		return train.State{}, err
+	}
+	c.setKnown(s.Step)
+	return train.State{Step: s.Step, Version: s.Version}, nil
+}
+
+// SaveCheckpoint asks the trainer to write a checkpoint into dir (a path
+// on the trainer's file system).
+func (c *Client) SaveCheckpoint(ctx context.Context, dir string) error {
+	return c.pathCall(ctx, "/v1/save_checkpoint", "dir", dir)
+}
+
+// LoadCheckpoint asks the trainer to restore the checkpoint in dir.
+func (c *Client) LoadCheckpoint(ctx context.Context, dir string) error {
+	c.setKnown(-1) // the step is whatever the checkpoint holds
+	return c.pathCall(ctx, "/v1/load_checkpoint", "dir", dir)
+}
+
+// ExportWeights asks the trainer to write safetensors weights at path.
+func (c *Client) ExportWeights(ctx context.Context, path string) error {
+	return c.pathCall(ctx, "/v1/export_weights", "path", path)
+}
+
+func (c *Client) pathCall(ctx context.Context, route, field, val string) error {
+	body, _ := json.Marshal(map[string]string{field: val}) // a string map always marshals
+	var ok struct {
+		OK bool `json:"ok"`
+	}
+	if err := c.do(ctx, c.opts.Timeout, http.MethodPost, route, "application/json", body, &ok); err != nil {
+		return err
+	}
+	if !ok.OK {
+		return &Error{Class: ClassData, Status: http.StatusOK, Server: c.url, Err: fmt.Errorf("%s: answer lacks ok=true", route)}
+	}
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, ctype string, body []byte, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+route, rd)
+	if err != nil {
+		return &Error{Class: ClassData, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	if c.opts.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.opts.APIKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return &Error{Class: ClassInfra, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		class := ClassData // a body cut short of its length is a broken answer
+		if ctx.Err() != nil || ClassOf(err) == ClassInfra {
+			class = ClassInfra
+		}
+		return &Error{Class: class, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: read answer: %w", route, err)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error errBody `json:"error"`
+		}
+		msg := strings.TrimSpace(string(raw))
+		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
+			msg = e.Error.Message
+		}
+		class := ClassData
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests {
+			class = ClassInfra
+		}
+		err := errors.New(msg)
+		if resp.StatusCode == http.StatusConflict && e.Error.Code == "step_conflict" {
+			err = fmt.Errorf("%w: %s", ErrStepConflict, msg)
+		}
+		return &Error{Class: class, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return &Error{Class: ClassData, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: decode answer: %w", route, err)}
+	}
+	return nil
+}

@@ -1,0 +1,279 @@
+// Package remote is the trainer protocol over HTTP: Handler serves any
+// train.Trainer, New drives one. docs/serving.md ("Trainer protocol") is
+// the specification; a GPU trainer in another language implements the same
+// six routes.
+package remote
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/longhaul-rl/longhaul/train"
+)
+
+// ErrInvalid marks a trainer error caused by its input (a bad batch, a
+// checkpoint directory that is not empty): the handler answers 422 and the
+// client reports a data error. Other trainer errors answer 500 (infra).
+var ErrInvalid = errors.New("invalid trainer input")
+
+// HandlerOptions configure NewHandler.
+type HandlerOptions struct {
+	// APIKey, when set, is required as a bearer token except on /health.
+	APIKey string
+	// MaxBodyBytes bounds a train_step payload (default 1 GiB).
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+}
+
+// Handler serves t with default options.
+func Handler(t train.Trainer) http.Handler { return NewHandler(t, HandlerOptions{}) }
+
+// NewHandler serves t. Calls reach t one at a time, in arrival order:
+// trainers are stateful, and the protocol has no concurrent steps.
+func NewHandler(t train.Trainer, opts HandlerOptions) http.Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 30
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{t: t, opts: opts, turn: make(chan struct{}, 1)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/train_step", h.trainStep)
+	mux.HandleFunc("POST /v1/save_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.SaveCheckpoint(ctx, a) }, "dir"))
+	mux.HandleFunc("POST /v1/load_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.LoadCheckpoint(ctx, a) }, "dir"))
+	mux.HandleFunc("POST /v1/export_weights", h.dirCall(func(ctx context.Context, a string) error { return t.ExportWeights(ctx, a) }, "path"))
+	mux.HandleFunc("GET /v1/state", h.state)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, "not_found", fmt.Sprintf("unknown route %s %s", r.Method, r.URL.Path))
+	})
+	h.mux = mux
+	return h
+}
+
+type handler struct {
+	t    train.Trainer
+	opts HandlerOptions
+	mux  *http.ServeMux
+	turn chan struct{} // a one-slot semaphore that, unlike a mutex, gives up when the request does
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.opts.APIKey != "" && r.URL.Path != "/health" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.APIKey)) != 1 {
+			writeErr(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
+			return
+		}
+	}
+	if r.ContentLength > h.opts.MaxBodyBytes {
+		writeErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body of %d bytes exceeds %d", r.ContentLength, h.opts.MaxBodyBytes))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
+	h.mux.ServeHTTP(w, r)
+}
+
+// acquire waits for the trainer's turn.
+func (h *handler) acquire(ctx context.Context) error {
+	select {
+	case h.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *handler) release() { <-h.turn }
+
+// fail answers a trainer or context error.
+func (h *handler) fail(w http.ResponseWriter, op string, err error) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeErr(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
+	case errors.Is(err, ErrInvalid):
+		writeErr(w, http.StatusUnprocessableEntity, "invalid", fmt.Sprintf("%s: %v", op, err))
+	default:
+		h.opts.Logger.Error("trainer call failed", "op", op, "err", err)
+		writeErr(w, http.StatusInternalServerError, "trainer_error", fmt.Sprintf("%s: %v", op, err))
+	}
+}
+
+func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		h.fail(w, "read batch", err)
+		return
+	}
+	b, expect, err := decodeBatch(body)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_batch", err.Error())
+		return
+	}
+	if err := h.acquire(r.Context()); err != nil {
+		h.fail(w, "train_step", err)
+		return
+	}
+	defer h.release()
+	if expect >= 0 {
+		// The fence that makes a retried step safe: a step already
+		// applied moved the trainer past expect_step.
+		st, err := h.t.State(r.Context())
+		if err != nil {
+			h.fail(w, "state", err)
+			return
+		}
+		if st.Step != expect {
+			writeJSON(w, http.StatusConflict, map[string]any{"error": errBody{Code: "step_conflict",
+				Message: fmt.Sprintf("trainer is at step %d, the batch expects step %d", st.Step, expect)},
+				"step": st.Step, "version": st.Version})
+			return
+		}
+	}
+	st, err := h.t.TrainStep(r.Context(), b)
+	if err != nil {
+		h.fail(w, "train_step", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toWire(st))
+}
+
+func (h *handler) dirCall(call func(context.Context, string) error, field string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req map[string]string
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				h.fail(w, r.URL.Path, err)
+				return
+			}
+			writeErr(w, http.StatusBadRequest, "bad_json", err.Error())
+			return
+		}
+		if req[field] == "" {
+			writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%q is required", field))
+			return
+		}
+		if err := h.acquire(r.Context()); err != nil {
+			h.fail(w, r.URL.Path, err)
+			return
+		}
+		defer h.release()
+		if err := call(r.Context(), req[field]); err != nil {
+			h.fail(w, strings.TrimPrefix(r.URL.Path, "/v1/"), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	}
+}
+
+func (h *handler) state(w http.ResponseWriter, r *http.Request) {
+	if err := h.acquire(r.Context()); err != nil {
+		h.fail(w, "state", err)
+		return
+	}
+	defer h.release()
+	st, err := h.t.State(r.Context())
+	if err != nil {
+		h.fail(w, "state", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireState{Step: st.Step, Version: st.Version})
+}
+
+type errBody struct {
+	Message string `json:"message"`
+	Code    string `json:"code"`
+}
+
+func writeErr(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]errBody{"error": {Message: msg, Code: code}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"response encoding failed","code":"internal"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+type wireState struct {
+	Step    int64 `json:"step"`
+	Version int64 `json:"version"`
+}
+
+// wireStats is StepStats on the wire. Floats go through jfloat because a
+// diverged step's NaN loss must arrive as NaN, and JSON has no NaN.
+type wireStats struct {
+	Step     int64  `json:"step"`
+	Version  int64  `json:"version"`
+	Loss     jfloat `json:"loss"`
+	GradNorm jfloat `json:"grad_norm"`
+	LR       jfloat `json:"lr"`
+	ClipFrac jfloat `json:"clip_frac"`
+	Tokens   int    `json:"tokens"`
+}
+
+func toWire(s train.StepStats) wireStats {
+	return wireStats{s.Step, s.Version, jfloat(s.Loss), jfloat(s.GradNorm), jfloat(s.LR), jfloat(s.ClipFrac), s.Tokens}
+}
+
+func (w wireStats) stats() train.StepStats {
+	return train.StepStats{Step: w.Step, Version: w.Version, Loss: float64(w.Loss), GradNorm: float64(w.GradNorm),
+		LR: float64(w.LR), ClipFrac: float64(w.ClipFrac), Tokens: w.Tokens}
+}
+
+// jfloat is a float64 that writes non-finite values as the strings "NaN",
+// "Infinity" and "-Infinity" (the spelling Python's json uses).
+type jfloat float64
+
+func (f jfloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"Infinity"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Infinity"`), nil
+	}
+	return json.Marshal(v)
+}
+
+func (f *jfloat) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		switch s {
+		case "NaN":
+			*f = jfloat(math.NaN())
+		case "Infinity":
+			*f = jfloat(math.Inf(1))
+		case "-Infinity":
+			*f = jfloat(math.Inf(-1))
+		default:
+			return fmt.Errorf("bad float %q", s)
+		}
+		return nil
+	}
+	var v float64
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*f = jfloat(v)
+	return nil
+}
