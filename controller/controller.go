@@ -84,7 +84,7 @@ type Controller struct {
 	now   func() time.Time
 	// envParams is env.params as JSON, for every environment the run makes.
 	envParams json.RawMessage
-	start time.Time
+	start     time.Time
 
 	version  atomic.Int64 // the version the generator serves
 	inFlight atomic.Int64
@@ -762,4 +762,3 @@ func (a *stepAgg) metrics(k int64, counts batch.Counts) metrics.Step {
 		GeneratedTokens: a.genTokens, PromptTokens: a.promptTok, Calls: a.calls,
 	}
 }
-

@@ -70,4 +70,3 @@ func Demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int) ([
 	}
 	return rows[:n], nil
 }
-
