@@ -12,7 +12,10 @@ architecture in PyTorch (RMSNorm, rope "rotate_half" or learned positions,
 causal MHA, SwiGLU, tied head; linear weights stored [in, out]), checks the
 logits agree (max abs diff <= 1e-4), then times forward + backward + AdamW on
 the same batch shape and SFT loss as Go and prints the ratio.
-Needs only Debian's python3-torch (1.13).
+Needs only Debian's python3-torch (1.13) (apt-get install python3-torch), run
+with /usr/bin/python3. Install libopenblas0-pthread too: without it Debian's
+torch falls back to the reference BLAS (about 4 GFLOP/s here, 17x slower), and
+the script warns when its GEMM probe looks that slow.
 """
 import json
 import math
@@ -137,6 +140,15 @@ def main():
             worst = max(worst, (got - want).abs().max().item())
     ok = worst <= 1e-4
     print(f"logits: max |torch - go| = {worst:.3e} over {len(fx['tokens'])} sequences ({'OK' if ok else 'NOT OK'}, bound 1e-4)")
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(256, 128), torch.randn(128, 512)
+    t0 = time.perf_counter()
+    for _ in range(50):
+        a @ b
+    gflops = 50 * 2 * 256 * 128 * 512 / (time.perf_counter() - t0) / 1e9
+    note = "" if gflops > 20 else "  WARNING: slow BLAS; install libopenblas0-pthread for a fair comparison"
+    print(f"torch GEMM probe (256x128x512, 1 thread): {gflops:.1f} GFLOP/s{note}")
 
     B, T = fx["batch_size"], fx["seq_len"]
     g = torch.Generator().manual_seed(0)

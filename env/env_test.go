@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -67,15 +68,24 @@ func TestTasksDeterministicAndJSON(t *testing.T) {
 	}
 }
 
+// TestLedgerEpisode: one wrong answer ends the episode by default
+// (stop_on_error) and is only scored wrong with stop_on_error off.
 func TestLedgerEpisode(t *testing.T) {
+	for _, stop := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stop_on_error=%v", stop), func(t *testing.T) { testLedgerEpisode(t, stop) })
+	}
+}
+
+func testLedgerEpisode(t *testing.T, stop bool) {
 	ctx := context.Background()
+	params := json.RawMessage(fmt.Sprintf(`{"turns":4,"stop_on_error":%v}`, stop))
 	r := env.Builtin()
-	task, _ := r.Task("ledger", json.RawMessage(`{"turns":4}`), 1, 0)
+	task, _ := r.Task("ledger", params, 1, 0)
 	var lt env.LedgerTask
 	if err := json.Unmarshal(task.Params, &lt); err != nil {
 		t.Fatal(err)
 	}
-	e, _ := r.New("ledger", nil)
+	e, _ := r.New("ledger", params)
 	obs, err := e.Reset(ctx, task, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +95,11 @@ func TestLedgerEpisode(t *testing.T) {
 	}
 	answers := env.LedgerAnswers(lt)
 	var total float64
-	for i, a := range answers {
+	last := 3
+	if stop {
+		last = 2
+	}
+	for i, a := range answers[:last+1] {
 		if i == 2 {
 			a = "x" // one wrong answer
 		}
@@ -94,7 +108,7 @@ func TestLedgerEpisode(t *testing.T) {
 			t.Fatal(err)
 		}
 		total += res.Reward
-		if res.Done != (i == 3) {
+		if res.Done != (i == last) {
 			t.Fatalf("turn %d done=%v", i, res.Done)
 		}
 		if !res.Done && res.Observation != signed(lt.Deltas[i+1]) {
@@ -104,7 +118,7 @@ func TestLedgerEpisode(t *testing.T) {
 			t.Fatal("success with a wrong answer")
 		}
 	}
-	if total != 0.75 {
+	if want := map[bool]float64{true: 0.5, false: 0.75}[stop]; total != want {
 		t.Fatalf("reward %v", total)
 	}
 	if _, err := e.Step(ctx, "1"); err == nil {
@@ -125,10 +139,12 @@ func TestSnapshotRestore(t *testing.T) {
 	ctx := context.Background()
 	r := env.Builtin()
 	actions := map[string][]string{"ledger": {"1", "2", "3", "4", "5", "6"}, "guess": {"8", "4", "2", "9", "1"}}
+	// Arbitrary answers are mostly wrong: keep the ledger episode going.
+	params := map[string]json.RawMessage{"ledger": json.RawMessage(`{"stop_on_error":false}`)}
 	for _, name := range r.Names() {
 		task, _ := r.Task(name, nil, 5, 3)
 		for cut := 0; cut < len(actions[name]); cut++ {
-			a, _ := r.New(name, nil)
+			a, _ := r.New(name, params[name])
 			if _, err := a.Reset(ctx, task, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +157,7 @@ func TestSnapshotRestore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, _ := r.New(name, nil)
+			b, _ := r.New(name, params[name])
 			if err := b.(env.Snapshotter).Restore(ctx, state); err != nil {
 				t.Fatal(err)
 			}

@@ -84,10 +84,17 @@ func rmsnormBackward(dx, dg, dout, x, rstd, g []float32, n, d int) {
 		dot := dot3Lanes(g, dy, xr)
 		// term 2 coefficient: rstd³·dot/d
 		c := float32(float32(float32(s*s)*s)*dot) / float32(d)
-		for i := range xr {
-			dg[i] += float32(float32(dy[i]*xr[i]) * s)
-			dxr[i] += float32(float32(s*g[i])*dy[i]) - float32(xr[i]*c)
-		}
+		rmsnormBackRow(dxr, dg, dy, xr, g, s, c)
+	}
+}
+
+// rmsnormBackRowRef: dg += (dy·x)·s;  dx += (s·g)·dy − x·c.
+func rmsnormBackRowRef(dx, dg, dy, x, g []float32, s, c float32) {
+	n := len(x)
+	dx, dg, dy, g = dx[:n], dg[:n], dy[:n], g[:n]
+	for i, xi := range x {
+		dg[i] += float32(dy[i]*xi) * s
+		dx[i] += float32(float32(s*g[i])*dy[i]) - float32(xi*c)
 	}
 }
 
@@ -134,21 +141,11 @@ func ropeBackward(dx, cos, sin []float32) {
 // softmaxCausal turns one row of raw scores into probabilities over its
 // first valid entries (scaled by scale); the rest become exact zeros.
 func softmaxCausal(row []float32, valid int, scale float32) {
-	mx := float32(math.Inf(-1))
 	v := row[:valid]
-	for j, x := range v {
-		x *= scale
-		v[j] = x
-		mx = max(mx, x)
-	}
-	for j := range v {
-		v[j] -= mx
-	}
+	mx := scaleMax(v, scale)
+	addScalar(v, -mx)
 	kern.ExpInPlace(v)
-	inv := 1 / sumLanes(v)
-	for j := range v {
-		v[j] *= inv
-	}
+	kern.Scale(v, 1/sumLanes(v))
 	clear(row[valid:])
 }
 
@@ -223,18 +220,29 @@ func swigluForward(act, sig, h []float32, n, f int) {
 	for r := 0; r < n; r++ {
 		gate := h[r*2*f : r*2*f+f]
 		up := h[r*2*f+f : (r+1)*2*f]
-		ar := act[r*f : (r+1)*f]
 		sr := sig[r*f : (r+1)*f]
-		up, ar, sr = up[:f], ar[:f], sr[:f]
-		for i, g := range gate {
-			sr[i] = -g
-		}
+		negate(sr, gate)
 		kern.ExpInPlace(sr)
-		for i, g := range gate {
-			s := 1 / (1 + sr[i])
-			sr[i] = s
-			ar[i] = float32(g*s) * up[i]
-		}
+		swigluRow(act[r*f:(r+1)*f], sr, gate, up)
+	}
+}
+
+// negateRef: dst = −src.
+func negateRef(dst, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = -v
+	}
+}
+
+// swigluRowRef: with sr = exp(−gate) on entry, sr becomes s = 1/(1+sr)
+// and act = (gate·s)·up.
+func swigluRowRef(act, sr, gate, up []float32) {
+	act, sr, up = act[:len(gate)], sr[:len(gate)], up[:len(gate)]
+	for i, g := range gate {
+		s := 1 / (1 + sr[i])
+		sr[i] = s
+		act[i] = float32(g*s) * up[i]
 	}
 }
 
@@ -243,19 +251,19 @@ func swigluForward(act, sig, h []float32, n, f int) {
 //	dup = dact·silu(g);  dgate = dact·up·s·(1 + g·(1−s))
 func swigluBackward(dh, dact, h, sig []float32, n, f int) {
 	for r := 0; r < n; r++ {
-		gate := h[r*2*f : r*2*f+f]
-		up := h[r*2*f+f : (r+1)*2*f]
-		dg := dh[r*2*f : r*2*f+f]
-		du := dh[r*2*f+f : (r+1)*2*f]
-		da := dact[r*f : (r+1)*f]
-		sr := sig[r*f : (r+1)*f]
-		up, dg, du, da, sr = up[:f], dg[:f], du[:f], da[:f], sr[:f]
-		for i, g := range gate {
-			s := sr[i]
-			du[i] = float32(da[i] * g * s)
-			dsilu := float32(s * (1 + float32(g*(1-s))))
-			dg[i] = float32(float32(da[i]*up[i]) * dsilu)
-		}
+		swigluBackRow(dh[r*2*f:r*2*f+f], dh[r*2*f+f:(r+1)*2*f], dact[r*f:(r+1)*f],
+			h[r*2*f:r*2*f+f], h[r*2*f+f:(r+1)*2*f], sig[r*f:(r+1)*f])
+	}
+}
+
+func swigluBackRowRef(dg, du, da, gate, up, sr []float32) {
+	n := len(gate)
+	dg, du, da, up, sr = dg[:n], du[:n], da[:n], up[:n], sr[:n]
+	for i, g := range gate {
+		s := sr[i]
+		du[i] = float32(da[i]*g) * s
+		dsilu := s * (1 + float32(g*(1-s)))
+		dg[i] = float32(da[i]*up[i]) * dsilu
 	}
 }
 

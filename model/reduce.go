@@ -1,6 +1,11 @@
 package model
 
-// Fixed-order reductions. A sequential float32 sum is bound by the add
+import "math"
+
+// Fixed-order reductions. sumLanes and dotLanes have SIMD forms
+// (reduce_simd_amd64.go) whose 8-lane vectors hold exactly these partial
+// sums, so both forms give the same bits.
+// A sequential float32 sum is bound by the add
 // latency (one element per ~3 cycles); these keep 8 interleaved partial
 // sums (element j goes to lane j%8) and combine them in a fixed tree, so
 // the result depends only on the values and the length, never on the
@@ -10,8 +15,8 @@ func reduce8(s *[8]float32) float32 {
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 }
 
-// sumLanes returns Σ x.
-func sumLanes(x []float32) float32 {
+// sumLanesRef returns Σ x (the portable form of sumLanes).
+func sumLanesRef(x []float32) float32 {
 	var s0, s1, s2, s3, s4, s5, s6, s7 float32
 	i := 0
 	for ; i+8 <= len(x); i += 8 {
@@ -32,8 +37,9 @@ func sumLanes(x []float32) float32 {
 	return reduce8(&s)
 }
 
-// dotLanes returns Σ a·b (len(b) ≥ len(a)), each product rounded first.
-func dotLanes(a, b []float32) float32 {
+// dotLanesRef returns Σ a·b (len(b) ≥ len(a)), each product rounded
+// first (the portable form of dotLanes).
+func dotLanesRef(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3, s4, s5, s6, s7 float32
 	i := 0
@@ -79,4 +85,22 @@ func dot3Lanes(a, b, c []float32) float32 {
 		s[j] += float32(float32(a[i+j]*b[i+j]) * c[i+j])
 	}
 	return reduce8(&s)
+}
+
+// scaleMaxRef multiplies x by scale in place and returns the maximum.
+func scaleMaxRef(x []float32, scale float32) float32 {
+	mx := float32(math.Inf(-1))
+	for j, v := range x {
+		v *= scale
+		x[j] = v
+		mx = max(mx, v)
+	}
+	return mx
+}
+
+// addScalarRef adds c to every element of x.
+func addScalarRef(x []float32, c float32) {
+	for j := range x {
+		x[j] += c
+	}
 }

@@ -62,10 +62,10 @@ func Example() {
 	fmt.Printf("advantages %.3f %.3f\n", g.Rollouts[0].Advantage, g.Rollouts[3].Advantage)
 	fmt.Printf("rollouts %d rows %d microbatches %d trainable %d\n", counts.Rollouts, len(b.Rows), counts.Microbatches, counts.Trainable)
 	// Output:
-	// member 0: completed reward 1.00, 3 segments
-	// member 1: completed reward 1.00, 3 segments
-	// member 2: completed reward 1.00, 3 segments
-	// member 3: max_tokens reward 0.58, 1 segments
-	// advantages 0.104 -0.312
-	// rollouts 4 rows 10 microbatches 5 trainable 86
+	// member 0: completed reward 1.00, 6 segments
+	// member 1: completed reward 1.00, 6 segments
+	// member 2: completed reward 1.00, 6 segments
+	// member 3: max_tokens reward 0.42, 1 segments
+	// advantages 0.146 -0.438
+	// rollouts 4 rows 19 microbatches 7 trainable 246
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"pgregory.net/rapid"
 )
 
@@ -197,17 +198,24 @@ func TestSnapshotFold(t *testing.T) {
 		for id := range dirty {
 			ids = append(ids, id)
 		}
-		delta := encodeStateBody(nil, s, false, ids, nt, nc)
+		full := false
+		for _, ev := range evs[k1:k2] {
+			full = full || ev.Kind() == KindRewound // as Log.Snapshot: a rewind forces a base
+		}
+		delta := encodeStateBody(nil, s, full, ids, nt, nc)
 
 		got := NewState()
 		if err := decodeStateBody(got, base); err != nil {
 			t.Fatal(err)
 		}
+		if full {
+			got = NewState()
+		}
 		if err := decodeStateBody(got, delta); err != nil {
 			t.Fatal(err)
 		}
 		rebuildOrder(got)
-		if diff := cmp.Diff(s, got); diff != "" {
+		if diff := cmp.Diff(s, got, cmpopts.EquateEmpty()); diff != "" {
 			t.Fatalf("snapshot state (-want +got):\n%s", diff)
 		}
 		for _, ev := range evs[k2:] {
@@ -215,7 +223,7 @@ func TestSnapshotFold(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if diff := cmp.Diff(ref, got); diff != "" {
+		if diff := cmp.Diff(ref, got, cmpopts.EquateEmpty()); diff != "" {
 			t.Fatalf("snapshot + tail (-want +got):\n%s", diff)
 		}
 		if !got.Equal(ref) {
@@ -230,7 +238,42 @@ func TestSnapshotFold(t *testing.T) {
 func TestModelRunsLong(t *testing.T) {
 	s := NewState()
 	genRun(s, randChooser{rand.New(rand.NewPCG(1, 2))}, 5000, t.Fatalf)
-	if s.Step == 0 || s.Counts[KindCompaction] == 0 || s.Counts[KindRolloutFailed] == 0 {
+	if s.Step == 0 || s.Counts[KindCompaction] == 0 || s.Counts[KindRolloutFailed] == 0 || s.Counts[KindRewound] == 0 {
 		t.Fatalf("model run too narrow: step %d counts %v", s.Step, s.Counts)
+	}
+}
+
+func TestRewound(t *testing.T) {
+	s := NewState()
+	must := func(ev Event) {
+		t.Helper()
+		if err := Apply(s, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(RunStarted{Seed: testSeed, Mode: "deterministic"})
+	var gs []GroupID
+	for i := range 3 {
+		g := NewGroupID(testSeed, 0, uint64(i))
+		gs = append(gs, g)
+		must(PromptAdmitted{Cursor: uint64(i), Group: g, Size: 1})
+		must(AttemptStarted{Rollout: RolloutID{g, 0}, Attempt: 1})
+		must(RolloutSealed{Rollout: RolloutID{g, 0}, Attempt: 1, Outcome: OutcomeCompleted})
+		must(GroupCommitted{Group: g})
+		must(StepTrained{Step: int64(i + 1), Groups: []GroupID{g}, Version: int64(i + 1)})
+	}
+	if err := Apply(s, Rewound{Step: 4, Version: 4}); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("rewind to a future step: %v", err)
+	}
+	must(Rewound{Step: 1, Version: 1})
+	if s.Step != 1 || s.Version != 1 || len(s.Trained) != 1 {
+		t.Fatalf("after rewind: step %d version %d trained %v", s.Step, s.Version, s.Trained)
+	}
+	if diff := cmp.Diff(gs[1:], s.Committed()); diff != "" {
+		t.Fatalf("groups back to committed (-want +got):\n%s", diff)
+	}
+	must(StepTrained{Step: 2, Groups: gs[1:], Version: 2})
+	if len(s.TrainedAfter(1)) != 2 || len(s.TrainedAfter(0)) != 3 {
+		t.Fatalf("TrainedAfter: %v %v", s.TrainedAfter(1), s.TrainedAfter(0))
 	}
 }

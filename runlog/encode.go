@@ -378,6 +378,9 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 	case SnapshotWritten:
 		e.uv(v.Offset)
 		e.str(v.Path)
+	case Rewound:
+		e.sv(v.Step)
+		e.sv(v.Version)
 	default:
 		return dst, fmt.Errorf("%w: %T", ErrUnknownKind, ev)
 	}
@@ -518,6 +521,8 @@ func decodeEvent(b []byte) (Event, error) {
 		v.Offset = d.uv()
 		v.Path = d.str()
 		ev = v
+	case KindRewound:
+		ev = Rewound{Step: d.sv(), Version: d.sv()}
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownKind, kind)
 	}
@@ -574,6 +579,7 @@ var kindNames = [...]string{
 	KindStepTrained:       "StepTrained",
 	KindCheckpointDurable: "CheckpointDurable",
 	KindSnapshotWritten:   "SnapshotWritten",
+	KindRewound:           "Rewound",
 }
 
 // String returns the kind's type name, e.g. "CallFinished".
@@ -585,4 +591,4 @@ func (k Kind) String() string {
 }
 
 // numKinds bounds the kind values this build knows (exclusive).
-const numKinds = int(KindSnapshotWritten) + 1
+const numKinds = int(KindRewound) + 1

@@ -51,6 +51,9 @@ type Log struct {
 	end   Offset // durable end of the log
 	segs  []uint64
 	dirty map[GroupID]struct{} // groups changed since the last snapshot
+	// forceBase: a Rewound shrank the trained list since the last
+	// snapshot, so the next one cannot be a delta.
+	forceBase bool
 
 	recovery Recovery
 	files    fileCache
@@ -190,7 +193,7 @@ func (l *Log) recover(ctx context.Context) error {
 				err = ApplyAt(st, ev, off)
 			}
 			if err == nil {
-				markDirty(l.dirty, ev)
+				l.markDirty(ev)
 			}
 			if err != nil {
 				return &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("replay: %w", err)}
@@ -487,7 +490,7 @@ func (l *Log) sync(u *unit) {
 			l.mu.Unlock()
 			panic(fmt.Sprintf("runlog: durable state rejected an event the stager accepted: %v", err))
 		}
-		markDirty(l.dirty, a.ev)
+		l.markDirty(a.ev)
 	}
 	l.end, l.published = u.end, u.seq
 	l.mu.Unlock()
@@ -529,7 +532,15 @@ func (l *Log) roll(base uint64) error {
 	return nil
 }
 
-// markDirty records the groups an event changed, for incremental snapshots.
+// markDirty records what an event changed, for incremental snapshots.
+func (l *Log) markDirty(ev Event) {
+	if ev.Kind() == KindRewound {
+		l.forceBase = true
+	}
+	markDirty(l.dirty, ev)
+}
+
+// markDirty records the groups an event changed.
 func markDirty(d map[GroupID]struct{}, ev Event) {
 	switch v := ev.(type) {
 	case PromptAdmitted:

@@ -31,6 +31,10 @@ func nextEvent(s *State, c chooser) Event {
 		n := 1 + c.intn(len(com))
 		return StepTrained{Step: s.Step + 1, Groups: com[:n], Version: s.Version + 1}
 	}
+	if s.Step > 0 && c.intn(40) == 0 {
+		to := s.Step - 1 - int64(c.intn(int(min(s.Step, 3))))
+		return Rewound{Step: to, Version: to}
+	}
 	if s.Step > 0 && c.intn(20) == 0 {
 		return CheckpointDurable{Step: s.Step, Version: s.Version, Path: "ckpt/x", ManifestDigest: [32]byte{9}}
 	}

@@ -72,13 +72,12 @@ func (l *Log) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 			deltaBytes += m.bytes
 		}
 	}
-	base := len(l.chain) == 0 || len(l.chain) > l.opts.SnapshotChain || deltaBytes > baseBytes
+	l.mu.Lock()
+	base := len(l.chain) == 0 || len(l.chain) > l.opts.SnapshotChain || deltaBytes > baseBytes || l.forceBase
 	var parent snapMeta
 	if !base {
 		parent = l.chain[len(l.chain)-1]
 	}
-
-	l.mu.Lock()
 	off := uint64(l.end)
 	if !l.s.Started {
 		// Nothing to keep yet, and SnapshotWritten may not precede RunStarted.
@@ -89,8 +88,8 @@ func (l *Log) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 		l.mu.Unlock()
 		return SnapshotInfo{Offset: Offset(off), Path: parent.path, Bytes: 0}, nil
 	}
-	dirty := l.dirty
-	l.dirty = map[GroupID]struct{}{}
+	dirty, forced := l.dirty, l.forceBase
+	l.dirty, l.forceBase = map[GroupID]struct{}{}, false
 	kind := uint8(snapBase)
 	if !base {
 		kind = snapDelta
@@ -118,6 +117,7 @@ func (l *Log) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 		for id := range dirty {
 			l.dirty[id] = struct{}{}
 		}
+		l.forceBase = l.forceBase || forced
 		l.mu.Unlock()
 	}
 	name := snapName(off)

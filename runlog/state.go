@@ -376,6 +376,24 @@ func apply(s *State, ev Event, off Offset) error {
 			return invalid("snapshot covers offset %d, beyond its own record at %d", v.Offset, off)
 		}
 		s.LastSnapshot = v
+	case Rewound:
+		if v.Step < 0 || v.Step > s.Step {
+			return invalid("rewind to step %d, but the run is at step %d", v.Step, s.Step)
+		}
+		for _, id := range s.Order {
+			if g := s.Groups[id]; g.Status == GroupStatusTrained && g.Step > v.Step {
+				g.Status, g.Step = GroupStatusCommitted, 0
+			}
+		}
+		// The undone steps leave the training history: Trained is what
+		// the current weights were trained on.
+		n := len(s.Trained)
+		for n > 0 && s.Trained[n-1].Step > v.Step {
+			n--
+		}
+		clear(s.Trained[n:])
+		s.Trained = s.Trained[:n]
+		s.Step, s.Version = v.Step, v.Version
 	default:
 		return fmt.Errorf("%w: %T", ErrUnknownKind, ev)
 	}

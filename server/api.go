@@ -232,10 +232,18 @@ func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice,
 	}
 	for i, pr := range prompts {
 		for j := range p.n {
+			// The first choice samples with the request's seed itself, so a
+			// seeded n=1 request draws exactly what the in-process generator
+			// draws for that seed (a served run equals an in-process one);
+			// further choices derive theirs.
 			idx := uint64(i*p.n + j)
+			seed := base
+			if idx > 0 {
+				seed = rng.Derive(base, "openai-choice", idx)
+			}
 			reqs = append(reqs, gen.Request{
 				Prompt: pr, MaxTokens: p.maxTokens, Temperature: p.temperature, TopP: p.topP, TopK: p.topK,
-				Stop: p.stopIDs, Seed: rng.Derive(base, "openai-choice", idx),
+				Stop: p.stopIDs, Seed: seed,
 			})
 		}
 	}

@@ -2,6 +2,7 @@ package httpenv_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -32,8 +33,10 @@ func TestRoundTrip(t *testing.T) {
 	srv, ts := server(t)
 	reg := env.Builtin()
 	task, _ := reg.Task("ledger", nil, 3, 0)
-	local, _ := reg.New("ledger", nil)
-	remote := httpenv.New(ts.URL, "", nil)
+	// Arbitrary answers are mostly wrong: keep the episode going.
+	keepGoing := json.RawMessage(`{"stop_on_error":false}`)
+	local, _ := reg.New("ledger", keepGoing)
+	remote := httpenv.New(ts.URL, "", keepGoing)
 
 	lo, err1 := local.Reset(ctx, task, 0)
 	ro, err2 := remote.Reset(ctx, task, 0)
@@ -52,7 +55,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("snapshot %v", err)
 	}
 	// Restore into a fresh client (new session) and continue identically.
-	other := httpenv.New(ts.URL, "ledger", nil)
+	other := httpenv.New(ts.URL, "ledger", keepGoing)
 	if err := other.Restore(ctx, state); err != nil {
 		t.Fatal(err)
 	}

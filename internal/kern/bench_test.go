@@ -84,3 +84,24 @@ func BenchmarkVec(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkModelShapes covers the model's own products for a 512-token
+// shard with d=128, F=352, V=264 (see model/model.go).
+func BenchmarkModelShapes(b *testing.B) {
+	fs := []mmFunc{MatMul, MatMulNT, MatMulTN}
+	for _, s := range []struct {
+		name    string
+		kind    int
+		m, k, n int
+	}{
+		{"qkv", kindNN, 512, 128, 384}, {"fc", kindNN, 512, 128, 704}, {"fc2", kindNN, 512, 352, 128},
+		{"logits", kindNT, 512, 128, 264}, {"dln", kindNN, 512, 264, 128}, {"dqkv", kindNT, 512, 384, 128},
+		{"dfc2", kindNT, 512, 128, 352}, {"gqkv", kindTN, 128, 512, 384}, {"gfc2", kindTN, 352, 512, 128},
+		{"gwte", kindTN, 264, 512, 128},
+	} {
+		f := fs[s.kind]
+		b.Run(fmt.Sprintf("%s/%dx%dx%d", s.name, s.m, s.k, s.n), func(b *testing.B) {
+			benchMM(b, func(c, a, bb []float32) { f(c, a, bb, s.m, s.k, s.n, false) }, s.m, s.k, s.n)
+		})
+	}
+}

@@ -479,20 +479,19 @@ func y1x8(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintptr
 }
 
 // tIdx holds the ConcatPermute indices of the 4 stages (h = 8, 4, 2, 1) of
-// the 16×16 transpose: swapping the off-diagonal h×h blocks of every 2h×2h
-// block. For the pair (r, r+h): lo[j] = j or 16+j-h, hi[j] = j+h or 16+j.
-var tIdx = func() (t [8][16]uint32) {
-	for s, h := 0, 8; h >= 1; s, h = s+1, h/2 {
-		for j := 0; j < 16; j++ {
-			if j&h == 0 {
-				t[2*s][j], t[2*s+1][j] = uint32(j), uint32(j+h)
-			} else {
-				t[2*s][j], t[2*s+1][j] = uint32(16+j-h), uint32(16+j)
-			}
-		}
-	}
-	return
-}()
+// the 16×16 transpose, each swapping the off-diagonal h×h blocks of every
+// 2h×2h block; for the pair (r, r+h): lo[j] = j or 16+j-h, hi[j] = j+h or
+// 16+j. Read-only table.
+var tIdx = [8][16]uint32{
+	{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+	{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+	{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+	{4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+	{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+	{2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+	{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+	{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
+}
 
 // transpose16 transposes a 16×16 block: row r of the source is
 // src[r*ss:][:16], column q of it is stored to dst[q*ds:][:16]. The stages
@@ -502,15 +501,17 @@ var tIdx = func() (t [8][16]uint32) {
 func transpose16(src []float32, ss int, dst []float32, ds int) {
 	_ = src[15*ss+15]
 	_ = dst[15*ds+15]
+	ps, pd := unsafe.Pointer(&src[0]), unsafe.Pointer(&dst[0])
+	ssb, dsb := uintptr(ss)*4, uintptr(ds)*4
 	var lo, hi archsimd.Uint32x16
-	a0 := archsimd.LoadFloat32x16Slice(src[0*ss:])
-	a1 := archsimd.LoadFloat32x16Slice(src[1*ss:])
-	a2 := archsimd.LoadFloat32x16Slice(src[2*ss:])
-	a3 := archsimd.LoadFloat32x16Slice(src[3*ss:])
-	a4 := archsimd.LoadFloat32x16Slice(src[4*ss:])
-	a5 := archsimd.LoadFloat32x16Slice(src[5*ss:])
-	a6 := archsimd.LoadFloat32x16Slice(src[6*ss:])
-	a7 := archsimd.LoadFloat32x16Slice(src[7*ss:])
+	a0 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 0*ssb)))
+	a1 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 1*ssb)))
+	a2 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 2*ssb)))
+	a3 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 3*ssb)))
+	a4 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 4*ssb)))
+	a5 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 5*ssb)))
+	a6 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 6*ssb)))
+	a7 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 7*ssb)))
 	lo, hi = archsimd.LoadUint32x16(&tIdx[6]), archsimd.LoadUint32x16(&tIdx[7])
 	a0, a1 = a0.ConcatPermute(a1, lo), a0.ConcatPermute(a1, hi)
 	a2, a3 = a2.ConcatPermute(a3, lo), a2.ConcatPermute(a3, hi)
@@ -526,14 +527,14 @@ func transpose16(src []float32, ss int, dst []float32, ds int) {
 	a1, a5 = a1.ConcatPermute(a5, lo), a1.ConcatPermute(a5, hi)
 	a2, a6 = a2.ConcatPermute(a6, lo), a2.ConcatPermute(a6, hi)
 	a3, a7 = a3.ConcatPermute(a7, lo), a3.ConcatPermute(a7, hi)
-	b0 := archsimd.LoadFloat32x16Slice(src[8*ss:])
-	b1 := archsimd.LoadFloat32x16Slice(src[9*ss:])
-	b2 := archsimd.LoadFloat32x16Slice(src[10*ss:])
-	b3 := archsimd.LoadFloat32x16Slice(src[11*ss:])
-	b4 := archsimd.LoadFloat32x16Slice(src[12*ss:])
-	b5 := archsimd.LoadFloat32x16Slice(src[13*ss:])
-	b6 := archsimd.LoadFloat32x16Slice(src[14*ss:])
-	b7 := archsimd.LoadFloat32x16Slice(src[15*ss:])
+	b0 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 8*ssb)))
+	b1 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 9*ssb)))
+	b2 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 10*ssb)))
+	b3 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 11*ssb)))
+	b4 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 12*ssb)))
+	b5 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 13*ssb)))
+	b6 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 14*ssb)))
+	b7 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(ps, 15*ssb)))
 	lo, hi = archsimd.LoadUint32x16(&tIdx[6]), archsimd.LoadUint32x16(&tIdx[7])
 	b0, b1 = b0.ConcatPermute(b1, lo), b0.ConcatPermute(b1, hi)
 	b2, b3 = b2.ConcatPermute(b3, lo), b2.ConcatPermute(b3, hi)
@@ -550,20 +551,20 @@ func transpose16(src []float32, ss int, dst []float32, ds int) {
 	b2, b6 = b2.ConcatPermute(b6, lo), b2.ConcatPermute(b6, hi)
 	b3, b7 = b3.ConcatPermute(b7, lo), b3.ConcatPermute(b7, hi)
 	lo, hi = archsimd.LoadUint32x16(&tIdx[0]), archsimd.LoadUint32x16(&tIdx[1])
-	a0.ConcatPermute(b0, lo).StoreSlice(dst[0*ds:])
-	a0.ConcatPermute(b0, hi).StoreSlice(dst[8*ds:])
-	a1.ConcatPermute(b1, lo).StoreSlice(dst[1*ds:])
-	a1.ConcatPermute(b1, hi).StoreSlice(dst[9*ds:])
-	a2.ConcatPermute(b2, lo).StoreSlice(dst[2*ds:])
-	a2.ConcatPermute(b2, hi).StoreSlice(dst[10*ds:])
-	a3.ConcatPermute(b3, lo).StoreSlice(dst[3*ds:])
-	a3.ConcatPermute(b3, hi).StoreSlice(dst[11*ds:])
-	a4.ConcatPermute(b4, lo).StoreSlice(dst[4*ds:])
-	a4.ConcatPermute(b4, hi).StoreSlice(dst[12*ds:])
-	a5.ConcatPermute(b5, lo).StoreSlice(dst[5*ds:])
-	a5.ConcatPermute(b5, hi).StoreSlice(dst[13*ds:])
-	a6.ConcatPermute(b6, lo).StoreSlice(dst[6*ds:])
-	a6.ConcatPermute(b6, hi).StoreSlice(dst[14*ds:])
-	a7.ConcatPermute(b7, lo).StoreSlice(dst[7*ds:])
-	a7.ConcatPermute(b7, hi).StoreSlice(dst[15*ds:])
+	a0.ConcatPermute(b0, lo).Store((*[16]float32)(unsafe.Add(pd, 0*dsb)))
+	a0.ConcatPermute(b0, hi).Store((*[16]float32)(unsafe.Add(pd, 8*dsb)))
+	a1.ConcatPermute(b1, lo).Store((*[16]float32)(unsafe.Add(pd, 1*dsb)))
+	a1.ConcatPermute(b1, hi).Store((*[16]float32)(unsafe.Add(pd, 9*dsb)))
+	a2.ConcatPermute(b2, lo).Store((*[16]float32)(unsafe.Add(pd, 2*dsb)))
+	a2.ConcatPermute(b2, hi).Store((*[16]float32)(unsafe.Add(pd, 10*dsb)))
+	a3.ConcatPermute(b3, lo).Store((*[16]float32)(unsafe.Add(pd, 3*dsb)))
+	a3.ConcatPermute(b3, hi).Store((*[16]float32)(unsafe.Add(pd, 11*dsb)))
+	a4.ConcatPermute(b4, lo).Store((*[16]float32)(unsafe.Add(pd, 4*dsb)))
+	a4.ConcatPermute(b4, hi).Store((*[16]float32)(unsafe.Add(pd, 12*dsb)))
+	a5.ConcatPermute(b5, lo).Store((*[16]float32)(unsafe.Add(pd, 5*dsb)))
+	a5.ConcatPermute(b5, hi).Store((*[16]float32)(unsafe.Add(pd, 13*dsb)))
+	a6.ConcatPermute(b6, lo).Store((*[16]float32)(unsafe.Add(pd, 6*dsb)))
+	a6.ConcatPermute(b6, hi).Store((*[16]float32)(unsafe.Add(pd, 14*dsb)))
+	a7.ConcatPermute(b7, lo).Store((*[16]float32)(unsafe.Add(pd, 7*dsb)))
+	a7.ConcatPermute(b7, hi).Store((*[16]float32)(unsafe.Add(pd, 15*dsb)))
 }

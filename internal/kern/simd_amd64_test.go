@@ -146,3 +146,19 @@ func BenchmarkPackPolicy(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAVX2Path runs the AVX2+FMA kernels (what an AVX2-only CPU gets)
+// on the training and decode shapes.
+func BenchmarkAVX2Path(b *testing.B) {
+	if bestISA < isaAVX2 {
+		b.Skip("no AVX2+FMA")
+	}
+	for kind, name := range []string{"NN", "NT", "TN"} {
+		for _, s := range [][3]int{{256, 128, 512}, {16, 128, 512}, {1, 128, 512}} {
+			m, k, n := s[0], s[1], s[2]
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", name, m, k, n), func(b *testing.B) {
+				benchMM(b, func(c, a, bb []float32) { mmISA(isaAVX2, kind, c, a, bb, m, k, n, false, 0, m) }, m, k, n)
+			})
+		}
+	}
+}

@@ -143,6 +143,48 @@ func exp16(v archsimd.Float32x16) archsimd.Float32x16 {
 	return v.Merge(y.Mul(s1).Mul(s2), v.IsNaN())
 }
 
+// exp16x2 is exp16 on two vectors, interleaved for instruction-level parallelism.
+func exp16x2(v, w archsimd.Float32x16) (archsimd.Float32x16, archsimd.Float32x16) {
+	bc := archsimd.BroadcastFloat32x16
+	xA := v.Max(bc(expLo)).Min(bc(expHi))
+	xB := w.Max(bc(expLo)).Min(bc(expHi))
+	tA := xA.Mul(bc(expLog2e))
+	tB := xB.Mul(bc(expLog2e))
+	fnA := tA.Add(bc(expRound)).Sub(bc(expRound))
+	fnB := tB.Add(bc(expRound)).Sub(bc(expRound))
+	xA = xA.Sub(fnA.Mul(bc(expC1)))
+	xB = xB.Sub(fnB.Mul(bc(expC1)))
+	xA = xA.Sub(fnA.Mul(bc(expC2)))
+	xB = xB.Sub(fnB.Mul(bc(expC2)))
+	zA := xA.Mul(xA)
+	zB := xB.Mul(xB)
+	yA := bc(expP0).Mul(xA)
+	yB := bc(expP0).Mul(xB)
+	yA = yA.Add(bc(expP1)).Mul(xA)
+	yB = yB.Add(bc(expP1)).Mul(xB)
+	yA = yA.Add(bc(expP2)).Mul(xA)
+	yB = yB.Add(bc(expP2)).Mul(xB)
+	yA = yA.Add(bc(expP3)).Mul(xA)
+	yB = yB.Add(bc(expP3)).Mul(xB)
+	yA = yA.Add(bc(expP4)).Mul(xA)
+	yB = yB.Add(bc(expP4)).Mul(xB)
+	yA = yA.Add(bc(expP5)).Mul(zA).Add(xA).Add(bc(1))
+	yB = yB.Add(bc(expP5)).Mul(zB).Add(xB).Add(bc(1))
+	nA := fnA.ConvertToInt32()
+	nB := fnB.ConvertToInt32()
+	n1A := nA.ShiftAllRight(1)
+	n1B := nB.ShiftAllRight(1)
+	n2A := nA.Sub(n1A)
+	n2B := nB.Sub(n1B)
+	bA := archsimd.BroadcastInt32x16(127)
+	bB := archsimd.BroadcastInt32x16(127)
+	s1A := n1A.Add(bA).ShiftAllLeft(23).AsFloat32x16()
+	s1B := n1B.Add(bB).ShiftAllLeft(23).AsFloat32x16()
+	s2A := n2A.Add(bA).ShiftAllLeft(23).AsFloat32x16()
+	s2B := n2B.Add(bB).ShiftAllLeft(23).AsFloat32x16()
+	return v.Merge(yA.Mul(s1A).Mul(s2A), v.IsNaN()), w.Merge(yB.Mul(s1B).Mul(s2B), w.IsNaN())
+}
+
 func exp8(v archsimd.Float32x8) archsimd.Float32x8 {
 	bc := archsimd.BroadcastFloat32x8
 	x := v.Max(bc(expLo)).Min(bc(expHi))
@@ -171,6 +213,11 @@ func expISA(isa int, x []float32) {
 	switch isa {
 	case isaAVX512:
 		i := 0
+		for ; i+32 <= n; i += 32 {
+			a, b := exp16x2(archsimd.LoadFloat32x16Slice(x[i:]), archsimd.LoadFloat32x16Slice(x[i+16:]))
+			a.StoreSlice(x[i:])
+			b.StoreSlice(x[i+16:])
+		}
 		for ; i+16 <= n; i += 16 {
 			exp16(archsimd.LoadFloat32x16Slice(x[i:])).StoreSlice(x[i:])
 		}
@@ -199,26 +246,8 @@ func softmaxISA(isa int, x []float32) {
 	i := 0
 	switch isa {
 	case isaAVX512:
-		m := archsimd.BroadcastFloat32x16(x[0])
-		for ; i+16 <= n; i += 16 {
-			m = m.Max(archsimd.LoadFloat32x16Slice(x[i:]))
-		}
-		m.Store(&s)
-		mx = s[0]
-		for _, v := range s[1:] {
-			mx = max(mx, v)
-		}
-		for _, v := range x[i:] {
-			mx = max(mx, v)
-		}
-		mv := archsimd.BroadcastFloat32x16(mx)
-		var acc archsimd.Float32x16
-		for i = 0; i+16 <= n; i += 16 {
-			e := exp16(archsimd.LoadFloat32x16Slice(x[i:]).Sub(mv))
-			e.StoreSlice(x[i:])
-			acc = acc.Add(e)
-		}
-		acc.Store(&s)
+		softmax512(x)
+		return
 	case isaAVX2:
 		m := archsimd.BroadcastFloat32x8(x[0])
 		for ; i+8 <= n; i += 8 {
@@ -271,5 +300,57 @@ func softmaxISA(isa int, x []float32) {
 		if i < n {
 			st8(ld8(x[i:], 0, n-i).Div(sv), x[i:], 0, n-i)
 		}
+	}
+}
+
+// softmax512 is softmaxISA's AVX-512 path, with the reductions kept in
+// registers (a scalar pass over a just-stored vector stalls on store
+// forwarding). The sum is the same lane-wise chain and the same tree as
+// reduce16: lane l adds elements l, l+16, ... in order (the masked tail
+// adds +0 in unused lanes, which leaves a sum ≥ +0 unchanged), then
+// (l, l+8), (l, l+4), (l, l+2), (l, l+1).
+func softmax512(x []float32) {
+	n := len(x)
+	m := archsimd.BroadcastFloat32x16(x[0])
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		m = m.Max(archsimd.LoadFloat32x16Slice(x[i:]))
+	}
+	if i < n {
+		m = m.Max(ld16(x[i:], 0, n-i).Merge(m, archsimd.Mask32x16FromBits(uint16(1)<<(n-i)-1)))
+	}
+	m8 := m.GetLo().Max(m.GetHi())
+	m4 := m8.GetLo().Max(m8.GetHi())
+	var t [4]float32
+	m4.Store(&t)
+	mx := max(max(t[0], t[1]), max(t[2], t[3]))
+	mv := archsimd.BroadcastFloat32x16(mx)
+	var acc archsimd.Float32x16
+	for i = 0; i+32 <= n; i += 32 {
+		e, f := exp16x2(archsimd.LoadFloat32x16Slice(x[i:]).Sub(mv), archsimd.LoadFloat32x16Slice(x[i+16:]).Sub(mv))
+		e.StoreSlice(x[i:])
+		f.StoreSlice(x[i+16:])
+		acc = acc.Add(e).Add(f)
+	}
+	for ; i+16 <= n; i += 16 {
+		e := exp16(archsimd.LoadFloat32x16Slice(x[i:]).Sub(mv))
+		e.StoreSlice(x[i:])
+		acc = acc.Add(e)
+	}
+	if i < n {
+		e := exp16(ld16(x[i:], 0, n-i).Sub(mv)).Masked(archsimd.Mask32x16FromBits(uint16(1)<<(n-i) - 1))
+		st16(e, x[i:], 0, n-i)
+		acc = acc.Add(e)
+	}
+	s8 := acc.GetLo().Add(acc.GetHi())
+	s4 := s8.GetLo().Add(s8.GetHi())
+	s4.Store(&t)
+	sum := (t[0] + t[2]) + (t[1] + t[3])
+	sv := archsimd.BroadcastFloat32x16(sum)
+	for i = 0; i+16 <= n; i += 16 {
+		archsimd.LoadFloat32x16Slice(x[i:]).Div(sv).StoreSlice(x[i:])
+	}
+	if i < n {
+		st16(ld16(x[i:], 0, n-i).Div(sv), x[i:], 0, n-i)
 	}
 }

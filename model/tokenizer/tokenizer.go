@@ -146,3 +146,47 @@ func Render(msgs []Message, generate bool) ([]int32, error) {
 	}
 	return out, nil
 }
+
+// Parse splits rendered tokens back into messages by their role markers
+// (the inverse of Render for text content). A trailing role marker with no
+// END yields a message with the text so far, e.g. the empty assistant turn
+// of a generation prompt.
+func Parse(toks []int32) []Message {
+	var out []Message
+	open := false
+	var content []byte
+	flush := func() {
+		if open {
+			out[len(out)-1].Content = string(content)
+		}
+	}
+	for _, t := range toks {
+		var role Role
+		switch t {
+		case System:
+			role = RoleSystem
+		case User:
+			role = RoleUser
+		case Assistant:
+			role = RoleAssistant
+		case Tool:
+			role = RoleTool
+		case Summary:
+			role = RoleSummary
+		case End, BOS, EOS:
+			flush()
+			open = false
+			continue
+		default:
+			if open && t >= 0 && t < 256 {
+				content = append(content, byte(t))
+			}
+			continue
+		}
+		flush()
+		out = append(out, Message{Role: role})
+		open, content = true, content[:0]
+	}
+	flush()
+	return out
+}
