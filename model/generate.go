@@ -35,6 +35,10 @@ const (
 	FinishLength = "length" // MaxTokens reached or the context is full
 )
 
+// maxPooledKV bounds the KV caches a model keeps between Generate calls
+// (each is 3·L·ctx·d floats).
+const maxPooledKV = 64
+
 // genSeq is one request's decoding state.
 type genSeq struct {
 	req     *SampleRequest
@@ -56,7 +60,7 @@ type decodeWS struct {
 	h, sig, act     []float32 // (B, 2F), (B, F), (B, F)
 	logits          []float32 // (B, V)
 	q               []float32 // (d) one row's roped queries
-	probs           []float32 // (ctx) one row's attention probabilities
+	probs           []float32 // (ctx+32) one row's attention scores/probabilities, room for a 32-lane tail
 	active, next    []*genSeq
 }
 
@@ -111,7 +115,9 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 	}
 	defer func() {
 		for _, s := range seqs {
-			*pool = append(*pool, s.kv)
+			if len(*pool) < maxPooledKV {
+				*pool = append(*pool, s.kv)
+			}
 		}
 	}()
 
@@ -123,7 +129,13 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 		parent[i] = -1
 		pi := reqs[i].Prompt
 		for j := 0; j < i; j++ {
-			if l := lcp(pi, reqs[j].Prompt); l > shared[i] {
+			pj := reqs[j].Prompt
+			l := lcp(pi, pj)
+			if l == len(pi) && len(pj) == len(pi) { // identical: nothing to prefill
+				parent[i], shared[i] = j, l
+				break
+			}
+			if l > shared[i] {
 				parent[i], shared[i] = j, l
 			}
 		}
@@ -151,6 +163,10 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 		}
 		shardOf[i] = best
 		load[best] += len(reqs[i].Prompt)
+	}
+	m.prefilled = 0
+	for i := range reqs {
+		m.prefilled += len(reqs[i].Prompt) - shared[i]
 	}
 	var errs [nShards]error
 	runShards(func(sh int) {

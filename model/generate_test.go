@@ -86,6 +86,7 @@ func TestGenerateBatchInvariant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	prefilled := m.prefilled
 	again, err := m.Generate(ctx, reqs)
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +101,12 @@ func TestGenerateBatchInvariant(t *testing.T) {
 				t.Fatalf("request %d differs between batch and single/second call", i)
 			}
 		}
+	}
+	// groupRequests has prompts of 45 and 49 tokens sharing 40, one of 3, and
+	// a 20-token prefix of the first, each 3 times: prefill computes
+	// 45 + 9 + 3 + 1 tokens (the prefix recomputes its last token for logits)
+	if prefilled != 45+9+3+1 {
+		t.Errorf("prefilled %d prompt tokens, want %d", prefilled, 45+9+3+1)
 	}
 	// members of a group draw different samples (their seeds differ)
 	if slices.Equal(all[0].Tokens, all[1].Tokens) {

@@ -149,17 +149,6 @@ func softmaxCausal(row []float32, valid int, scale float32) {
 	clear(row[valid:])
 }
 
-// attnProbsLen is the size of one head's saved probabilities for n query
-// rows starting at position p0 (the block layout of attnForward).
-func attnProbsLen(p0, n int) int {
-	total := 0
-	for r0 := 0; r0 < n; r0 += attnBlock {
-		r1 := min(r0+attnBlock, n)
-		total += (r1 - r0) * (p0 + r1)
-	}
-	return total
-}
-
 // attnForward is causal attention for one head. Query rows are positions
 // p0..p0+n-1; q and out are (n, hs); k and v hold positions 0..p0+n-1 as
 // (≥p0+n, hs). probs receives the probabilities, block by block (each block

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
@@ -32,6 +33,8 @@ type Model struct {
 	dec    [nShards]*decodeWS  // decode-step buffers, allocated on first use
 	kvFree [][]layerKV         // KV caches kept for the next Generate call
 	wteT   []float32           // (d, V) transposed head for decode, refreshed by Generate
+
+	prefilled int // prompt tokens the last Generate computed (the rest were shared)
 }
 
 // New builds a model with weights initialised deterministically from seed:
@@ -53,7 +56,7 @@ func New(cfg Config, seed uint64) (*Model, error) {
 			}
 		default:
 			std := 0.02
-			if hasSuffix(s.name, "attn.proj.weight") || hasSuffix(s.name, "mlp.proj.weight") {
+			if strings.HasSuffix(s.name, "attn.proj.weight") || strings.HasSuffix(s.name, "mlp.proj.weight") {
 				std = resid
 			}
 			for i := range t {
@@ -63,8 +66,6 @@ func New(cfg Config, seed uint64) (*Model, error) {
 	}
 	return m, nil
 }
-
-func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }
 
 func newEmpty(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {

@@ -479,3 +479,50 @@ func TestLogSnapshotProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestBitFlipsEveryBit flips every single bit of a segment and checks what
+// the scanner (the part of Open that judges damage) concludes: damage in
+// the last record is a torn tail ending at that record; damage before it
+// is corruption naming the damaged record.
+func TestBitFlipsEveryBit(t *testing.T) {
+	src := t.TempDir()
+	offs, _ := buildLog(t, src, 12)
+	orig, err := os.ReadFile(onlySegment(t, src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := int(offs[len(offs)-1])
+	for bit := range len(orig) * 8 {
+		pos := bit / 8
+		b := append([]byte(nil), orig...)
+		b[pos] ^= 1 << (bit % 8)
+		n := 0
+		res, err := scanSegment(b, 0, 0, func(Offset, []byte) error { n++; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.err == nil {
+			t.Fatalf("flip of bit %d not detected", bit)
+		}
+		want := 0
+		for _, o := range offs {
+			if int(o) <= pos {
+				want = int(o)
+			}
+		}
+		switch {
+		case pos < segHeaderSize:
+			if res.damage != 0 || res.torn {
+				t.Fatalf("flip of header bit %d: %+v", bit, res)
+			}
+		case pos >= last:
+			if !res.torn || res.end != last || n != len(offs)-1 {
+				t.Fatalf("flip of bit %d in the last record: %+v after %d records", bit, res, n)
+			}
+		default:
+			if res.torn || res.damage != want {
+				t.Fatalf("flip of bit %d (record at %d): %+v", bit, want, res)
+			}
+		}
+	}
+}
