@@ -452,6 +452,9 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task) rollout.Spec {
 	rec := rollout.RecorderFunc(func(ctx context.Context, ev runlog.Event) error {
 		_, err := c.o.Log.Append(ctx, ev)
+		if _, ok := ev.(runlog.CallFinished); ok && err == nil {
+			c.o.Crash("call.logged")
+		}
 		return err
 	})
 	sp := RolloutSpec(c.cfg, c.o.Envs, c.envParams, task, id, attempt,

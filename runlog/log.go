@@ -30,6 +30,9 @@ type Options struct {
 	// SnapshotChain is how many incremental snapshots may follow a base
 	// snapshot before the next one is a base again (default 16).
 	SnapshotChain int
+	// Hook, when set, is called at named points inside the log
+	// ("snapshot.write"); crash tests SIGKILL the process there.
+	Hook func(point string)
 }
 
 // Dir layout under the run directory.

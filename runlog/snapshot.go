@@ -121,7 +121,7 @@ func (l *Log) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 		l.mu.Unlock()
 	}
 	name := snapName(off)
-	if err := writeFileDurable(l.snapDir, name, b); err != nil {
+	if err := writeFileDurable(l.snapDir, name, b, l.opts.Hook); err != nil {
 		restore()
 		return SnapshotInfo{}, fmt.Errorf("write snapshot: %w", err)
 	}
@@ -161,7 +161,9 @@ func snapHeaderBytes(kind uint8, off, parent uint64) []byte {
 
 // writeFileDurable writes dir/name via a tmp file, fsync and rename, then
 // fsyncs dir, so the file is either whole or absent after a crash.
-func writeFileDurable(dir, name string, b []byte) (err error) {
+// hook (may be nil) is called at "snapshot.write", between the fsync of the
+// temporary file and its rename: crash tests kill the process there.
+func writeFileDurable(dir, name string, b []byte, hook func(string)) (err error) {
 	tmp := filepath.Join(dir, name+".tmp")
 	f, err := os.Create(tmp)
 	if err != nil {
@@ -180,6 +182,9 @@ func writeFileDurable(dir, name string, b []byte) (err error) {
 	}
 	if err != nil {
 		return err
+	}
+	if hook != nil {
+		hook("snapshot.write")
 	}
 	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err

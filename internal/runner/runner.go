@@ -70,7 +70,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := checkConfig(cfg, dir, opts.AllowChange); err != nil {
 		return err
 	}
-	rl, err := runlog.Open(ctx, dir, runlog.Options{Logger: log})
+	rl, err := runlog.Open(ctx, dir, runlog.Options{Logger: log, Hook: opts.Crash})
 	if err != nil {
 		return err
 	}
@@ -95,16 +95,12 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}
-	eg := gembedded.New(m, 0)
+	eg := gembedded.New(m.Clone(), 0)
 	bctx, stopBatcher := context.WithCancel(ctx)
 	defer stopBatcher()
 	batcher := gen.NewBatcher(bctx, eg, 64, 2*time.Millisecond)
 	publish := func(_ context.Context, v int64) error {
-		clone, err := Clone(tr.Model())
-		if err != nil {
-			return err
-		}
-		eg.SetWeights(clone, v)
+		eg.SetWeights(tr.Model().Clone(), v)
 		return nil
 	}
 	mw, err := metrics.Create(filepath.Join(dir, MetricsFile))
@@ -233,17 +229,6 @@ func OptimConfig(cfg *config.Config) model.OptimConfig {
 func LossConfig(cfg *config.Config) model.LossConfig {
 	return model.LossConfig{Kind: model.LossPG, ClipLow: float32(cfg.Loss.ClipLow), ClipHigh: float32(cfg.Loss.ClipHigh),
 		KLCoef: float32(cfg.Loss.KLCoef), Norm: cfg.Loss.Norm}
-}
-
-// Clone copies a model (through its safetensors bytes: exact, and cheap at
-// the embedded model's size).
-func Clone(m *model.Model) (*model.Model, error) {
-	b, err := m.EncodeSafetensors()
-	if err != nil {
-		return nil, err
-	}
-	cfg := m.Config()
-	return model.DecodeSafetensors(b, &cfg)
 }
 
 // WarmStart trains m on oracle demonstrations with the SFT loss
