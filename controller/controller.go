@@ -160,7 +160,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		return c.runThroughput(ctx, first, max, lag)
 	}
 	for k := first; k <= max; k++ {
-		for s := k; s <= min(max, k+lag); s++ {
+		// Generation looks lag steps ahead even past max_steps, so that a
+		// run resumed with a larger run.max_steps generates those steps with
+		// the version the schedule names (k-1-lag), exactly as a longer run
+		// would have.
+		for s := k; s <= k+lag; s++ {
 			if err := c.generateStep(ctx, s); err != nil {
 				return err
 			}
