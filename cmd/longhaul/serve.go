@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -44,9 +43,6 @@ before exposing it.`,
 			if fake {
 				be = server.NewFake(0).Backend(fakeModelName)
 			} else {
-				if weights == "" {
-					return errors.New("serve: --weights is required")
-				}
 				cfg, _, err := loadConfig(cfgPath, args)
 				if err != nil {
 					return err
@@ -66,7 +62,7 @@ before exposing it.`,
 	f := cmd.Flags()
 	f.StringVar(&host, "host", "127.0.0.1", "address to bind")
 	f.IntVar(&port, "port", 8000, "port to bind (0 picks a free one)")
-	f.StringVar(&weights, "weights", "", "weights file (safetensors) or run directory to serve")
+	f.StringVar(&weights, "weights", "", "weights file (safetensors), checkpoint or run directory to serve; none: the model the config initialises from its seed")
 	f.StringVar(&apiKey, "api-key", "", "require this bearer token (default $LONGHAUL_API_KEY)")
 	f.Int64Var(&maxBody, "max-body-bytes", 1<<20, "largest request body accepted (413 beyond)")
 	f.StringVar(&cfgPath, "config", "", "config whose model section shapes the model served without --weights (default: the embedded example)")

@@ -355,7 +355,10 @@ type completionRequest struct {
 	Logprobs               int     `json:"logprobs"`
 	ReturnTokenIDs         bool    `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool    `json:"return_tokens_as_token_ids"`
-	N                      int     `json:"n"`
+	// IgnoreEOS (vLLM's extension) leaves the stops to StopTokenIDs: a
+	// gen.Request's Stop list is the whole set, the same as in process.
+	IgnoreEOS bool `json:"ignore_eos"`
+	N         int  `json:"n"`
 }
 
 type completionResponse struct {
@@ -381,7 +384,7 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 	body, err := json.Marshal(completionRequest{
 		Model: c.opts.Model, Prompt: r.Prompt, MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: topP,
 		TopK: r.TopK, Seed: int64(r.Seed), StopTokenIDs: r.Stop, Logprobs: 1,
-		ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true, N: n,
+		ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true, IgnoreEOS: true, N: n,
 	})
 	if err != nil {
 		return nil, &Error{Class: ClassData, Err: fmt.Errorf("encode request: %w", err)}

@@ -17,8 +17,6 @@ import (
 	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
-	"github.com/longhaul-rl/longhaul/gen"
-	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/internal/rng"
@@ -60,9 +58,6 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Generator.Kind != "embedded" || cfg.Trainer.Kind != "embedded" {
-		return fmt.Errorf("runner: generator.kind %q / trainer.kind %q: only the embedded model is wired into `longhaul train` so far", cfg.Generator.Kind, cfg.Trainer.Kind)
-	}
 	dir := opts.RunDir
 	if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
 		return fmt.Errorf("runner: %w", err)
@@ -87,30 +82,19 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	m, err := InitModel(cfg)
+	parts, err := wire(ctx, cfg, dir, reg, log)
 	if err != nil {
 		return err
 	}
-	tr, err := tembedded.New(m, OptimConfig(cfg), LossConfig(cfg))
-	if err != nil {
-		return fmt.Errorf("runner: %w", err)
-	}
-	eg := gembedded.New(m.Clone(), 0)
-	bctx, stopBatcher := context.WithCancel(ctx)
-	defer stopBatcher()
-	batcher := gen.NewBatcher(bctx, eg, 64, 2*time.Millisecond)
-	publish := func(_ context.Context, v int64) error {
-		eg.SetWeights(tr.Model().Clone(), v)
-		return nil
-	}
+	defer parts.close()
 	mw, err := metrics.Create(filepath.Join(dir, MetricsFile))
 	if err != nil {
 		return err
 	}
 	defer mw.Close()
 	c, err := controller.New(controller.Options{
-		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: batcher, Trainer: tr,
-		Publish: publish, WarmStart: func(ctx context.Context) error { return WarmStart(ctx, cfg, reg, tr.Model(), log) },
+		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: parts.gen, Trainer: parts.tr,
+		Publish: parts.publish, WarmStart: parts.warmStart,
 		Metrics: mw, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
 	})
 	if err != nil {
@@ -119,7 +103,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := c.Run(ctx); err != nil {
 		return err
 	}
-	if err := tr.ExportWeights(ctx, filepath.Join(dir, WeightsFile)); err != nil {
+	if err := parts.tr.ExportWeights(ctx, filepath.Join(dir, WeightsFile)); err != nil {
 		return fmt.Errorf("runner: final weights: %w", err)
 	}
 	return PlotRun(dir)
