@@ -187,10 +187,10 @@ type Trainer struct {
 // the same values (a test keeps them equal).
 func Default() *Config {
 	return &Config{
-		Run:  Run{Seed: 1, Mode: "deterministic", MaxSteps: 60, MaxLag: 1, LogEvery: 1},
+		Run:  Run{Seed: 1, Mode: "deterministic", MaxSteps: 200, MaxLag: 1, LogEvery: 10},
 		Data: Data{Source: "builtin", NumPrompts: 4096, Shuffle: true},
 		Env:  Env{Name: "ledger", Params: map[string]any{}},
-		Model: Model{Layers: 2, Dim: 64, Heads: 4, Hidden: 256, Context: 128,
+		Model: Model{Layers: 2, Dim: 128, Heads: 4, Hidden: 352, Context: 128,
 			Positions: "rope"},
 		GRPO: GRPO{NumPromptsPerStep: 8, NumGenerationsPerPrompt: 8, Estimator: "grpo",
 			Credit: "broadcast", MicrobatchTokens: 4096},
@@ -201,7 +201,7 @@ func Default() *Config {
 		Rollout:  Rollout{MaxTurns: 16, MaxTokensPerRollout: 512, ContextBudget: 64},
 		Compaction: Compaction{Enabled: true, Policy: "recency", TriggerTokens: 45,
 			TriggerRange: []int{0, 0}, KeepLastTurns: 1, OnUndeclaredBreak: "error"},
-		Warmstart: Warmstart{Enabled: true, Steps: 150, BatchSize: 32, LR: 3e-3},
+		Warmstart: Warmstart{Enabled: true, Steps: 700, BatchSize: 32, LR: 3e-3},
 		Checkpointing: Checkpointing{Enabled: true, Dir: "checkpoints", SavePeriod: 10,
 			KeepLastK: 2, Metric: "success_rate", HigherIsBetter: true},
 		RolloutCheckpointing: RolloutCheckpointing{Enabled: true, SnapshotAttemptIntervalS: 30,

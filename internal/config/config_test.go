@@ -184,7 +184,7 @@ compaction:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Run.Seed != 7 || c.Run.Mode != "throughput" || c.Run.MaxSteps != 60 {
+	if c.Run.Seed != 7 || c.Run.Mode != "throughput" || c.Run.MaxSteps != 200 {
 		t.Errorf("run = %+v", c.Run)
 	}
 	if c.Optim.LR != 2e-3 || c.Optim.Beta1 != 0 {
@@ -296,8 +296,8 @@ func TestValidate(t *testing.T) {
 		{[]string{"generator.kind=openai"}, []string{"generator.urls: must list at least one server"}},
 		{[]string{"generator.urls=localhost:8000"}, []string{`generator.urls: want an http(s) URL, got "localhost:8000"`}},
 		{[]string{"trainer.kind=remote"}, []string{"trainer.url: must be set"}},
-		{[]string{"model.heads=5"}, []string{"model.heads: must divide model.dim (64), got 5"}},
-		{[]string{"model.heads=64"}, []string{"model.dim: rope needs an even head width"}},
+		{[]string{"model.heads=5"}, []string{"model.heads: must divide model.dim (128), got 5"}},
+		{[]string{"model.heads=128"}, []string{"model.dim: rope needs an even head width"}},
 		{[]string{"compaction.trigger_tokens=64"}, []string{"compaction.trigger_tokens: must be < rollout.context_budget (64), got 64"}},
 		{[]string{"rollout.context_budget=200"}, []string{"rollout.context_budget: must be ≤ model.context (128), got 200"}},
 		{[]string{"compaction.trigger_range=[70, 40]"}, []string{"compaction.trigger_range: must be [0, 0] or 1 ≤ lo ≤ hi"}},
@@ -366,7 +366,7 @@ func TestDigestAndDiff(t *testing.T) {
 	if Digest(a) != Digest(b) || len(Diff(a, b)) != 0 {
 		t.Fatal("api_key must not change the digest")
 	}
-	if err := b.ApplyOverrides([]string{"run.max_steps=61", "env.params.x=1"}); err != nil {
+	if err := b.ApplyOverrides([]string{"run.max_steps=201", "env.params.x=1"}); err != nil {
 		t.Fatal(err)
 	}
 	if Digest(a) == Digest(b) {
@@ -378,7 +378,7 @@ func TestDigestAndDiff(t *testing.T) {
 	if d := Diff(b, a); !slices.Equal(d, []string{"env.params.x", "run.max_steps"}) {
 		t.Fatalf("reverse diff = %v", d)
 	}
-	if a.Run.MaxSteps != 60 || len(a.Env.Params) != 0 {
+	if a.Run.MaxSteps != 200 || len(a.Env.Params) != 0 {
 		t.Fatal("overrides on a clone changed the original")
 	}
 	// Nil and empty lists are the same config.
