@@ -113,40 +113,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	refDur := time.Since(t0)
 	fmt.Fprintf(o.Log, "reference run: %s\n", refDur.Round(time.Millisecond))
 
-	r := rand.New(rand.NewPCG(o.Seed, 0x6c6f6e67))
-	// Kill until o.Kills kills have landed. Each resumed process has less
-	// left to do, so the moments are drawn early in what remains: crash
-	// points at their first few hits, timers in the first part of the
-	// reference's wall time.
-	for i := 0; len(res.Kills) < o.Kills; i++ {
-		var how string
-		var p *proc
-		if i%2 == 0 {
-			pt := Points[(i/2)%len(Points)]
-			spec := fmt.Sprintf("%s:%d", pt, 1+r.IntN(2))
-			how = "crash point " + spec
-			p = o.start(ctx, killed, spec)
-		} else {
-			d := time.Duration(float64(refDur) * (0.02 + 0.15*r.Float64()))
-			how = "timer " + d.Round(time.Millisecond).String()
-			p = o.start(ctx, killed, "")
-			p.killAfter(d)
-		}
-		st, err := p.wait()
-		switch {
-		case err != nil:
-			return res, fmt.Errorf("crashtest: run %d (%s): %w", i+1, how, err)
-		case st == "killed":
-			fmt.Fprintf(o.Log, "kill %d: %s\n", len(res.Kills)+1, how)
-			res.Kills = append(res.Kills, how)
-		default:
-			return res, fmt.Errorf("crashtest: the run finished after %d of %d kills: make it longer (run.max_steps)", len(res.Kills), o.Kills)
-		}
-	}
-	if _, err := o.start(ctx, killed, "").wait(); err != nil {
-		return res, fmt.Errorf("crashtest: final resume: %w", err)
-	}
 	var err error
+	if res.Kills, err = o.KillAndResume(ctx, killed, refDur); err != nil {
+		return res, err
+	}
 	if res.Reference, err = Summarize(ctx, ref); err != nil {
 		return res, err
 	}
@@ -304,4 +274,50 @@ func Compare(a, b Summary) string {
 		return fmt.Sprintf("weights: reference %q, resumed %q", a.WeightsSHA256, b.WeightsSHA256)
 	}
 	return ""
+}
+
+// KillAndResume runs the config in dir, SIGKILLs it o.Kills times (crash
+// points and timers drawn from o.Seed; timers scaled by typical, the
+// uninterrupted run's wall time), resuming after each kill, then runs it
+// to completion. It returns how each kill was delivered.
+func (o Options) KillAndResume(ctx context.Context, dir string, typical time.Duration) ([]string, error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	var kills []string
+	refDur, killed := typical, dir
+	r := rand.New(rand.NewPCG(o.Seed, 0x6c6f6e67))
+	// Kill until o.Kills kills have landed. Each resumed process has less
+	// left to do, so the moments are drawn early in what remains: crash
+	// points at their first few hits, timers in the first part of the
+	// reference's wall time.
+	for i := 0; len(kills) < o.Kills; i++ {
+		var how string
+		var p *proc
+		if i%2 == 0 {
+			pt := Points[(i/2)%len(Points)]
+			spec := fmt.Sprintf("%s:%d", pt, 1+r.IntN(2))
+			how = "crash point " + spec
+			p = o.start(ctx, killed, spec)
+		} else {
+			d := time.Duration(float64(refDur) * (0.02 + 0.15*r.Float64()))
+			how = "timer " + d.Round(time.Millisecond).String()
+			p = o.start(ctx, killed, "")
+			p.killAfter(d)
+		}
+		st, err := p.wait()
+		switch {
+		case err != nil:
+			return kills, fmt.Errorf("crashtest: run %d (%s): %w", i+1, how, err)
+		case st == "killed":
+			fmt.Fprintf(o.Log, "kill %d: %s\n", len(kills)+1, how)
+			kills = append(kills, how)
+		default:
+			return kills, fmt.Errorf("crashtest: the run finished after %d of %d kills: make it longer (run.max_steps)", len(kills), o.Kills)
+		}
+	}
+	if _, err := o.start(ctx, killed, "").wait(); err != nil {
+		return kills, fmt.Errorf("crashtest: final resume: %w", err)
+	}
+	return kills, nil
 }
