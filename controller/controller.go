@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,15 @@ type Controller struct {
 	mu          sync.Mutex
 	versionCond *sync.Cond
 
+	// events caches, per rollout, exactly the events this process made
+	// durable for it (seeded from the log when its attempt starts), so a
+	// step reads its training data back without a read per event. The
+	// values are the ones that were encoded, so they equal what
+	// RolloutEvents would decode; a rollout not in the cache (resumed from
+	// an earlier process) is read from the log.
+	evMu   sync.Mutex
+	events map[runlog.RolloutID][]runlog.Event
+
 	lastSnapshot time.Time
 	genTime      atomic.Int64 // nanoseconds spent generating since the last step
 	genTokens    atomic.Int64
@@ -120,7 +130,8 @@ func New(o Options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	c := &Controller{o: o, cfg: o.Config, log: o.Logger, order: order, now: o.Now, envParams: params}
+	c := &Controller{o: o, cfg: o.Config, log: o.Logger, order: order, now: o.Now, envParams: params,
+		events: map[runlog.RolloutID][]runlog.Event{}}
 	c.versionCond = sync.NewCond(&c.mu)
 	return c, nil
 }
@@ -425,6 +436,9 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		if err != nil {
 			return err
 		}
+		c.evMu.Lock()
+		c.events[id] = slices.Clone(prior)
+		c.evMu.Unlock()
 		_, err = rollout.Run(ctx, c.spec(g, id, attempt, task), prior)
 		if err == nil {
 			return nil
@@ -455,11 +469,18 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 
 func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task) rollout.Spec {
 	rec := rollout.RecorderFunc(func(ctx context.Context, ev runlog.Event) error {
-		_, err := c.o.Log.Append(ctx, ev)
-		if _, ok := ev.(runlog.CallFinished); ok && err == nil {
+		if _, err := c.o.Log.Append(ctx, ev); err != nil {
+			return err
+		}
+		c.evMu.Lock()
+		if evs, ok := c.events[id]; ok {
+			c.events[id] = append(evs, ev)
+		}
+		c.evMu.Unlock()
+		if _, ok := ev.(runlog.CallFinished); ok {
 			c.o.Crash("call.logged")
 		}
-		return err
+		return nil
 	})
 	sp := RolloutSpec(c.cfg, c.o.Envs, c.envParams, task, id, attempt,
 		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens}, rec)
@@ -567,7 +588,7 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 		}
 		members := make([]advantage.Rollout, 0, len(g.Members))
 		for _, m := range g.Members {
-			evs, err := c.o.Log.RolloutEvents(m.ID)
+			evs, err := c.rolloutEvents(m.ID)
 			if err != nil {
 				return err
 			}
@@ -607,6 +628,13 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 	if _, err := c.o.Log.Append(ctx, runlog.StepTrained{Step: k, Groups: ids, Version: stats.Version}); err != nil {
 		return err
 	}
+	c.evMu.Lock()
+	for _, g := range groups {
+		for _, m := range g.Members {
+			delete(c.events, m.ID)
+		}
+	}
+	c.evMu.Unlock()
 	if err := c.o.Publish(ctx, stats.Version); err != nil {
 		return err
 	}
@@ -652,6 +680,18 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 		}
 	}
 	return nil
+}
+
+// rolloutEvents returns a rollout's events: from the cache when this
+// process logged all of them, else from the log.
+func (c *Controller) rolloutEvents(id runlog.RolloutID) ([]runlog.Event, error) {
+	c.evMu.Lock()
+	evs, ok := c.events[id]
+	c.evMu.Unlock()
+	if ok {
+		return evs, nil
+	}
+	return c.o.Log.RolloutEvents(id)
 }
 
 func round(v float64) float64 { return math.Round(v*1000) / 1000 }

@@ -1,0 +1,110 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/longhaul-rl/longhaul/controller"
+	"github.com/longhaul-rl/longhaul/data"
+	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/examples"
+	"github.com/longhaul-rl/longhaul/gen"
+	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/train"
+)
+
+// overheadGen answers every request at once with the same six tokens.
+type overheadGen struct{ toks []int32 }
+
+func (g overheadGen) Generate(_ context.Context, reqs []gen.Request) ([]gen.Result, error) {
+	out := make([]gen.Result, len(reqs))
+	lp := make([]float32, len(g.toks))
+	for i := range out {
+		out[i] = gen.Result{Tokens: g.toks, Logprobs: lp, Finish: runlog.FinishStop}
+	}
+	return out, nil
+}
+
+// overheadTrainer takes a step without computing anything.
+type overheadTrainer struct{ v int64 }
+
+func (t *overheadTrainer) TrainStep(context.Context, train.Batch) (train.StepStats, error) {
+	t.v++
+	return train.StepStats{Step: t.v, Version: t.v}, nil
+}
+func (t *overheadTrainer) State(context.Context) (train.State, error) {
+	return train.State{Step: t.v, Version: t.v}, nil
+}
+func (t *overheadTrainer) SaveCheckpoint(context.Context, string) error { return nil }
+func (t *overheadTrainer) LoadCheckpoint(context.Context, string) error { return nil }
+func (t *overheadTrainer) ExportWeights(context.Context, string) error  { return nil }
+
+// BenchmarkControllerPerCall is the controller's own cost per model call:
+// a generator and a trainer that cost nothing, the real run log (durable
+// group-committed appends), environments, compaction, segment building,
+// advantages and batching. Each iteration is one step of 8 groups × 8
+// rollouts × 12 calls; the figure to read is ns/call and allocs/call.
+func BenchmarkControllerPerCall(b *testing.B) {
+	cfg, err := config.Parse(examples.DefaultName, examples.Default)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cfg.ApplyOverrides([]string{"env.params.stop_on_error=false", "checkpointing.enabled=false",
+		"rollout_checkpointing.enabled=false", "warmstart.enabled=false", "run.max_lag=0",
+		"run.max_steps=" + itoa(b.N)}); err != nil {
+		b.Fatal(err)
+	}
+	reg := env.Builtin()
+	seed := rng.Derive(cfg.Run.Seed, "dataset")
+	ds := data.NewGenerated(cfg.Data.NumPrompts, func(i int) (data.Prompt, error) {
+		t, err := reg.Task("ledger", nil, seed, i)
+		if err != nil {
+			return data.Prompt{}, err
+		}
+		raw, _ := json.Marshal(t)
+		return data.Prompt{ID: t.ID, Task: raw}, nil
+	})
+	dir := b.TempDir()
+	l, err := runlog.Open(context.Background(), dir, runlog.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	g := overheadGen{toks: append(tokenizer.Encode("1+2=3"), tokenizer.End)}
+	c, err := controller.New(controller.Options{Config: cfg, RunDir: dir, Log: l, Dataset: ds, Envs: reg,
+		Generator: g, Trainer: &overheadTrainer{},
+		Publish: func(context.Context, int64) error { return nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	if err := c.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	var calls uint64
+	l.View(func(s *runlog.State) { calls = s.Counts[runlog.KindCallFinished] })
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(calls), "ns/call")
+	b.ReportMetric(float64(calls)/float64(b.N), "calls/step")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(calls), "cpu-ns/call")
+}
+
+// cpuTime is the process's user+system CPU time: the controller waits on
+// fsync most of its wall time, so its cost is what it burns, not how long
+// a call takes to become durable.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
