@@ -416,6 +416,7 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 	defer c.inFlight.Add(-1)
 	rf := c.cfg.RolloutFailure
 	infra, dataFails := 0, 0
+	restart := false
 	for {
 		var r runlog.Rollout
 		c.o.Log.View(func(s *runlog.State) { r = *s.Rollout(id) })
@@ -427,7 +428,7 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 			attempt++
 			ev := runlog.AttemptStarted{Rollout: id, Attempt: attempt,
 				Seed:    rng.Derive(c.cfg.Run.Seed, "attempt", uint64(id.Group), uint64(id.Member), uint64(attempt)),
-				Version: c.version.Load()}
+				Version: c.version.Load(), Restart: restart}
 			if _, err := c.o.Log.Append(ctx, ev); err != nil {
 				return err
 			}
@@ -455,7 +456,12 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		if infra >= rf.MaxInfraAttempts || dataFails >= rf.MaxDataAttempts {
 			return fmt.Errorf("controller: rollout %s failed %d times (%d infra, %d data), last: %w", id, infra+dataFails, infra, dataFails, err)
 		}
-		c.log.Warn("rollout attempt failed, retrying", "rollout", id, "attempt", attempt, "class", class, "err", err)
+		// An environment that can neither restore its snapshot nor replay
+		// the logged actions identically cannot continue the episode: the
+		// next attempt starts it over (counted as a data failure).
+		restart = errors.Is(err, rollout.ErrDiverged)
+		c.log.Warn("rollout attempt failed, retrying", "rollout", id, "attempt", attempt, "class", class,
+			"restart", restart, "err", err)
 		if class == runlog.ClassInfra {
 			d := math.Min(rf.BackoffBaseS*math.Pow(2, float64(infra-1)), rf.BackoffCapS)
 			select {

@@ -209,11 +209,20 @@ func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 		l.policy = p
 	}
 	l.thresh = s.Compaction.ThresholdFor(s.Seed, s.Rollout.Group)
+	var seen uint32 // calls logged so far, over all attempts
 	for _, ev := range prior {
 		switch e := ev.(type) {
+		case runlog.AttemptStarted:
+			// A restarted attempt (its environment could not be brought
+			// back) starts the episode over: what came before is abandoned,
+			// and only the call numbering continues.
+			if e.Rollout == s.Rollout && e.Restart {
+				l.prior, l.nextCall = l.prior[:0], seen
+			}
 		case runlog.CallFinished:
 			if e.Rollout == s.Rollout {
 				l.prior = append(l.prior, e)
+				seen = e.Call + 1
 			}
 		case runlog.EnvStep:
 			if e.Rollout == s.Rollout {

@@ -462,3 +462,56 @@ func TestResumeDivergence(t *testing.T) {
 		t.Fatalf("non-deterministic env: %v", err)
 	}
 }
+
+// TestRestartAfterDivergence: an attempt whose environment cannot be
+// brought back (it diverges on replay) restarts the episode as a new
+// attempt: fresh environment and context, call numbers continuing, and
+// only the restarted chain is the rollout's trajectory.
+func TestRestartAfterDivergence(t *testing.T) {
+	ctx := context.Background()
+	reg := env.Builtin()
+	rec := &rollouttest.Recorder{}
+	if _, err := rollout.Run(ctx, ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency), nil); err != nil {
+		t.Fatal(err)
+	}
+	before := rec.Events()[:10] // an attempt cut mid-episode
+	lastCall := uint32(0)
+	for _, ev := range before {
+		if c, ok := ev.(runlog.CallFinished); ok {
+			lastCall = c.Call
+		}
+	}
+	id := runlog.RolloutID{Group: 9, Member: 1}
+	// The log as the controller writes it: the restart is an attempt.
+	log := &rollouttest.Recorder{}
+	for _, ev := range before {
+		log.Record(ctx, ev)
+	}
+	log.Record(ctx, runlog.AttemptStarted{Rollout: id, Attempt: 2, Restart: true})
+	n := 0
+	s := ledgerSpec(t, rollouttest.LedgerOracle(""), log, recency)
+	s.Attempt = 2
+	s.NewEnv = func(context.Context) (env.Environment, error) {
+		e, err := reg.New("ledger", nil)
+		return flipEnv{Environment: e, n: &n}, err
+	}
+	res, err := rollout.Run(ctx, s, log.Events())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != runlog.OutcomeCompleted || res.Turns != 12 {
+		t.Fatalf("restarted rollout: %+v", res)
+	}
+	calls, bounds := rollout.Trace(log.Events(), id)
+	if len(calls) == 0 || calls[0].Call != lastCall+1 || calls[0].Attempt != 2 || calls[0].PromptPrefix != 0 {
+		t.Fatalf("restarted chain starts with %+v, want call %d of attempt 2 with a whole prompt", calls[0], lastCall+1)
+	}
+	for _, c := range calls {
+		if c.Attempt != 2 {
+			t.Fatalf("call %d of attempt %d in the restarted trajectory", c.Call, c.Attempt)
+		}
+	}
+	if _, _, err := segment.Build(calls, bounds, segment.Config{}); err != nil {
+		t.Fatalf("segments of the restarted chain: %v", err)
+	}
+}

@@ -6,11 +6,17 @@ import "github.com/longhaul-rl/longhaul/runlog"
 // events (any order of attempts; the log order is kept), the input of
 // segment.Build. Every logged call belongs to the rollout's single chain:
 // a resumed attempt reuses the calls before it and never regenerates one.
+// A restarted attempt (AttemptStarted.Restart) begins a new chain: only the
+// calls after the last restart are the rollout's trajectory.
 func Trace(events []runlog.Event, id runlog.RolloutID) ([]runlog.CallFinished, []runlog.Compaction) {
 	var calls []runlog.CallFinished
 	var bounds []runlog.Compaction
 	for _, ev := range events {
 		switch e := ev.(type) {
+		case runlog.AttemptStarted:
+			if e.Rollout == id && e.Restart {
+				calls, bounds = calls[:0], bounds[:0]
+			}
 		case runlog.CallFinished:
 			if e.Rollout == id {
 				calls = append(calls, e)

@@ -277,3 +277,48 @@ func TestRewound(t *testing.T) {
 		t.Fatalf("TrainedAfter: %v %v", s.TrainedAfter(1), s.TrainedAfter(0))
 	}
 }
+
+// TestRestartAttempt: a restarted attempt starts from a fresh context in a
+// new segment, with call numbers continuing and an old attempt fenced.
+func TestRestartAttempt(t *testing.T) {
+	s, g := started(t)
+	r0 := RolloutID{g, 0}
+	for _, ev := range []Event{
+		CallFinished{Rollout: r0, Attempt: 2, Call: 0, PromptSuffix: []int32{1, 2}, Sampled: []int32{3}, Logprobs: []float32{0}, Finish: FinishStop, Selected: true},
+		EnvStep{Rollout: r0, Attempt: 2, Turn: 0, Reward: 1},
+		Compaction{Rollout: r0, Attempt: 2, Boundary: 0, AfterCall: 0, Policy: "recency"},
+		RolloutFailed{Rollout: r0, Attempt: 2, Class: ClassData, Reason: "diverged"},
+		AttemptStarted{Rollout: r0, Attempt: 3, Restart: true},
+	} {
+		if err := Apply(s, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := s.Rollout(r0)
+	if r.CtxLen != 0 || r.Compactions != 0 || r.EnvSteps != 0 || r.EnvReward != 0 {
+		t.Fatalf("restart kept progress: %+v", r)
+	}
+	// A prompt kept from the old context is refused; a whole one is next.
+	bad := CallFinished{Rollout: r0, Attempt: 3, Call: 1, PromptPrefix: 2, Sampled: []int32{3}, Logprobs: []float32{0}, Finish: FinishStop, Selected: true}
+	if err := Apply(s, bad); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("prefix into the abandoned context: %v", err)
+	}
+	late := CallFinished{Rollout: r0, Attempt: 2, Call: 1, PromptSuffix: []int32{1}, Sampled: []int32{3}, Logprobs: []float32{0}, Finish: FinishStop, Selected: true}
+	if err := Apply(s, late); !errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("late call of the abandoned attempt: %v", err)
+	}
+	ok := CallFinished{Rollout: r0, Attempt: 3, Call: 1, PromptSuffix: []int32{1, 2}, Sampled: []int32{3}, Logprobs: []float32{0}, Finish: FinishStop, Selected: true}
+	if err := Apply(s, ok); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Rollout(r0).Calls; c[1].Segment != c[0].Segment+1 {
+		t.Fatalf("restarted call in segment %d after %d", c[1].Segment, c[0].Segment)
+	}
+	b, err := EncodeEvent(nil, AttemptStarted{Rollout: r0, Attempt: 3, Restart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := DecodeEvent(b); err != nil || !ev.(AttemptStarted).Restart {
+		t.Fatalf("round trip: %+v %v", ev, err)
+	}
+}

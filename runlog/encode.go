@@ -292,6 +292,7 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 		e.uv(uint64(v.Attempt))
 		e.uv(v.Seed)
 		e.sv(v.Version)
+		e.bool(v.Restart)
 	case CallFinished:
 		e.rollout(v.Rollout)
 		e.uv(uint64(v.Attempt))
@@ -420,6 +421,7 @@ func decodeEvent(b []byte) (Event, error) {
 		v.Attempt = d.u32()
 		v.Seed = d.uv()
 		v.Version = d.sv()
+		v.Restart = d.bool()
 		ev = v
 	case KindCallFinished:
 		cr := &callRecord{}

@@ -63,6 +63,11 @@ type AttemptStarted struct {
 	Attempt uint32
 	Seed    uint64 // the attempt's sampling seed
 	Version int64  // policy version that will generate its calls
+	// Restart starts the episode over (a fresh environment and context)
+	// instead of continuing from the last logged call: the environment
+	// could not be restored or replayed. The calls before it stay in the
+	// log for analysis and are never trained; call indices keep counting.
+	Restart bool
 }
 
 // Finish reasons of a call.

@@ -211,6 +211,7 @@ type AttemptReport struct {
 	Attempt uint32 `json:"attempt"`
 	Seed    uint64 `json:"seed"`
 	Version int64  `json:"version"`
+	Restart bool   `json:"restart"` // the episode started over (its environment could not be brought back)
 }
 
 // CallReport is one call with its decoded tokens.
@@ -291,7 +292,7 @@ func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutRepo
 	for _, ev := range evs {
 		switch v := ev.(type) {
 		case AttemptStarted:
-			rep.Attempts = append(rep.Attempts, AttemptReport{Attempt: v.Attempt, Seed: v.Seed, Version: v.Version})
+			rep.Attempts = append(rep.Attempts, AttemptReport{Attempt: v.Attempt, Seed: v.Seed, Version: v.Version, Restart: v.Restart})
 		case CallFinished:
 			seg := uint32(0)
 			if int(v.Call) < len(r.Calls) {
@@ -354,7 +355,11 @@ func (r *RolloutReport) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	for _, a := range r.Attempts {
-		fmt.Fprintf(w, "attempt %d: seed %d, version %d\n", a.Attempt, a.Seed, a.Version)
+		restart := ""
+		if a.Restart {
+			restart = ", restarted from scratch"
+		}
+		fmt.Fprintf(w, "attempt %d: seed %d, version %d%s\n", a.Attempt, a.Seed, a.Version, restart)
 	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "failure: attempt %d, %s: %s\n", f.Attempt, f.Class, f.Reason)

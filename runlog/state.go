@@ -274,6 +274,15 @@ func apply(s *State, ev Event, off Offset) error {
 			return fmt.Errorf("%w: rollout %s attempt %d, current is %d", ErrStaleAttempt, v.Rollout, v.Attempt, r.Attempt)
 		}
 		r.Attempt, r.AttemptSeed, r.AttemptVersion, r.Status = v.Attempt, v.Seed, v.Version, StatusRunning
+		if v.Restart {
+			// The episode starts over: a fresh context (the next call
+			// stores its prompt whole) in a new segment, and no progress.
+			r.CtxLen, r.CompactionPending, r.Compactions = 0, false, 0
+			r.EnvSteps, r.EnvReward, r.EnvDone = 0, 0, false
+			if len(r.Calls) > 0 {
+				r.Segment++
+			}
+		}
 		r.Events = append(r.Events, off)
 	case CallFinished:
 		return applyCall(s, v.Rollout, v.Attempt, v.Call, v.PromptPrefix, uint32(len(v.PromptSuffix)), uint32(len(v.Sampled)), uint32(len(v.Logprobs)), v.Finish, v.Version, v.Selected, off)

@@ -255,3 +255,69 @@ func BenchmarkDefaultModelCheckpoint(b *testing.B) {
 	b.ReportMetric(float64(size), "bytes")
 	b.ReportMetric(float64(size)/1e6/best.Seconds(), "MB/s")
 }
+
+// onePass models a checkpoint writer that hashes while it writes (a second
+// goroutine hashes each 1 MiB chunk as the first writes it) and then
+// fsyncs: no read-back pass. It is not ckpt.Write; it shows what removing
+// the hash pass would reach on this disk.
+func onePass(path string, b []byte) ([32]byte, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	chunks := make(chan []byte, 8)
+	sum := make(chan [32]byte)
+	go func() {
+		h := sha256.New()
+		for c := range chunks {
+			h.Write(c)
+		}
+		sum <- [32]byte(h.Sum(nil))
+	}()
+	for off := 0; off < len(b) && err == nil; off += 1 << 20 {
+		c := b[off:min(off+1<<20, len(b))]
+		chunks <- c
+		_, err = f.Write(c)
+	}
+	close(chunks)
+	s := <-sum
+	if err == nil {
+		err = f.Sync()
+	}
+	return s, errors.Join(err, f.Close())
+}
+
+// BenchmarkOnePassPrototype: onePass of the checkpoint's bytes (weights and
+// state files) against the plain sequential write + fsync, alternating.
+func BenchmarkOnePassPrototype(b *testing.B) {
+	for _, total := range sizes {
+		b.Run(fmt.Sprintf("MiB=%d", total>>20), func(b *testing.B) {
+			buf := randomBytes(total)
+			params := total / 20
+			root := b.TempDir()
+			bestO, bestP := time.Duration(1<<62), time.Duration(1<<62)
+			for range b.N {
+				plain := filepath.Join(root, "plain.bin")
+				t0 := time.Now()
+				if err := writeChunks(plain, buf, true); err != nil {
+					b.Fatal(err)
+				}
+				bestP = min(bestP, time.Since(t0))
+				os.Remove(plain)
+				t0 = time.Now()
+				for i, part := range [][]byte{buf[:4*params], buf[4*params:]} {
+					if _, err := onePass(filepath.Join(root, fmt.Sprint("part", i)), part); err != nil {
+						b.Fatal(err)
+					}
+				}
+				bestO = min(bestO, time.Since(t0))
+				os.Remove(filepath.Join(root, "part0"))
+				os.Remove(filepath.Join(root, "part1"))
+			}
+			mbs := func(d time.Duration) float64 { return float64(total) / 1e6 / d.Seconds() }
+			b.ReportMetric(mbs(bestO), "onepass-MB/s")
+			b.ReportMetric(mbs(bestP), "plain-MB/s")
+			b.ReportMetric(100*mbs(bestO)/mbs(bestP), "ratio-%")
+		})
+	}
+}
