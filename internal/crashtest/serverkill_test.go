@@ -30,9 +30,20 @@ const serverKillSteps = 40
 // the rollouts fail as infra and are retried with backoff until it is
 // back), and the run finishes every step with nothing lost or repeated:
 // each group trained exactly once and no logged call generated twice.
+// When no attempt had to be retried (two servers: the calls only moved),
+// the run must also equal the uninterrupted in-process one.
 func TestServerKilledMidRun(t *testing.T) {
 	bin := binary(t)
 	cfg := tinyConfig(t)
+	// The uninterrupted in-process run: a served run equals it
+	// (TestThreeProcessesEqualInProcess), and so must one whose calls only
+	// moved to another server, since a sample is a pure function of its seed.
+	ref := filepath.Join(t.TempDir(), "ref")
+	train(t, bin, cfg, ref, fmt.Sprint("run.max_steps=", serverKillSteps))
+	want, err := Summarize(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name    string
 		servers int
@@ -113,7 +124,20 @@ func TestServerKilledMidRun(t *testing.T) {
 			}
 
 			checkTrainedOnce(t, dir, serverKillSteps, 4)
-			checkNoCallTwice(t, dir)
+			if retried := checkNoCallTwice(t, dir); retried == 0 {
+				got, err := Summarize(context.Background(), dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := Compare(want, got); d != "" {
+					t.Errorf("no attempt was retried, yet the run differs from the uninterrupted one: %s", d)
+				}
+			} else {
+				// A retried attempt samples with its own seeds (the attempt
+				// is a fence), so the run legitimately departs from the
+				// uninterrupted one.
+				t.Logf("%d attempts retried: not compared with the uninterrupted run", retried)
+			}
 		})
 	}
 }
@@ -150,7 +174,7 @@ func checkTrainedOnce(t *testing.T, dir string, steps int64, groupsPerStep int) 
 
 // checkNoCallTwice: one CallFinished per (rollout, call index); a retried
 // attempt resumes after the calls already logged.
-func checkNoCallTwice(t *testing.T, dir string) {
+func checkNoCallTwice(t *testing.T, dir string) (retried int) {
 	t.Helper()
 	ctx := context.Background()
 	l, err := runlog.Open(ctx, dir, runlog.Options{})
@@ -163,7 +187,7 @@ func checkNoCallTwice(t *testing.T, dir string) {
 		call uint32
 	}
 	seen := map[key]uint32{}
-	calls, retried := 0, 0
+	calls := 0
 	err = l.Events(ctx, func(_ runlog.Offset, ev runlog.Event) error {
 		switch e := ev.(type) {
 		case runlog.CallFinished:
@@ -187,6 +211,7 @@ func checkNoCallTwice(t *testing.T, dir string) {
 		t.Errorf("%d CallFinished events for %d distinct (rollout, call) pairs", calls, len(seen))
 	}
 	t.Logf("%d calls logged, %d retried attempts", calls, retried)
+	return retried
 }
 
 // serverStats reads how many completions a server answered (since it
