@@ -42,6 +42,12 @@ func ClassOf(err error) string {
 	if errors.As(err, &f) {
 		return f.Class
 	}
+	// Typed errors of other packages (gen/openai, env/httpenv, train/remote)
+	// say their class without rollout having to import them.
+	var c interface{ FailureClass() string }
+	if errors.As(err, &c) {
+		return c.FailureClass()
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return runlog.ClassInfra
 	}

@@ -314,6 +314,12 @@ type failGen struct{ err error }
 
 func (g failGen) Generate(context.Context, []gen.Request) ([]gen.Result, error) { return nil, g.err }
 
+// classed is an error of another package carrying its failure class.
+type classed struct{ class string }
+
+func (c classed) Error() string        { return "no generation server is up" }
+func (c classed) FailureClass() string { return c.class }
+
 func TestFailureClasses(t *testing.T) {
 	for _, tc := range []struct {
 		err   error
@@ -323,6 +329,9 @@ func TestFailureClasses(t *testing.T) {
 		{context.DeadlineExceeded, runlog.ClassInfra},
 		{errors.New("mystery"), runlog.ClassData},
 		{rollout.Data("generate", errors.New("400")), runlog.ClassData},
+		// Another package's typed error that says its class (gen/openai's).
+		{fmt.Errorf("wrapped: %w", classed{runlog.ClassInfra}), runlog.ClassInfra},
+		{classed{runlog.ClassData}, runlog.ClassData},
 	} {
 		rec := &rollouttest.Recorder{}
 		_, err := rollout.Run(context.Background(), ledgerSpec(t, failGen{tc.err}, rec, recency), nil)

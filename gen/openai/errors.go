@@ -37,6 +37,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// FailureClass reports the class to callers that classify failures by
+// behaviour (the rollout loop), so an infra failure here is retried as one.
+func (e *Error) FailureClass() string { return e.Class }
+
 // ClassOf returns the class of err: "" for nil, the Class of an *Error in
 // its chain, infra for deadlines and network errors, and data otherwise
 // (unknown errors count as data, as the design says).

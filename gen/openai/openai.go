@@ -198,11 +198,19 @@ func (c *Client) release(b *backend, answered bool) {
 func (c *Client) markDown(b *backend, err error) {
 	c.mu.Lock()
 	wasUp := b.up
+	now := time.Now()
 	if !wasUp {
+		if now.Before(b.retryAt) {
+			// Calls that were in flight when the server went down fail
+			// together: count one failure per retry window, or a burst
+			// of them sends the backoff straight to its cap.
+			c.mu.Unlock()
+			return
+		}
 		b.backoff = min(2*b.backoff, c.opts.MaxBackoff)
 	}
 	b.up = false
-	b.retryAt = time.Now().Add(b.backoff)
+	b.retryAt = now.Add(b.backoff)
 	c.mu.Unlock()
 	if wasUp {
 		c.log.Warn("generation server down", "server", b.url, "err", err)

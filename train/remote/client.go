@@ -41,6 +41,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// FailureClass reports the class to callers that classify failures by
+// behaviour (the controller and rollout loop).
+func (e *Error) FailureClass() string { return e.Class }
+
 // ClassOf returns the class of err ("" for nil; unknown errors are data).
 func ClassOf(err error) string {
 	if err == nil {
