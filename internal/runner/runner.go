@@ -65,6 +65,9 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := checkConfig(cfg, dir, opts.AllowChange); err != nil {
 		return err
 	}
+	// The config is stored only once the run can start, so a first attempt
+	// that fails on bad input (a missing dataset, say) can be retried with
+	// the fix in the same run directory.
 	rl, err := runlog.Open(ctx, dir, runlog.Options{Logger: log, Hook: opts.Crash})
 	if err != nil {
 		return err
@@ -100,6 +103,9 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := storeConfig(cfg, dir); err != nil {
+		return err
+	}
 	if err := c.Run(ctx); err != nil {
 		return err
 	}
@@ -122,7 +128,7 @@ func PlotRun(dir string) error {
 }
 
 // checkConfig compares cfg with the run directory's stored config (a
-// resume) and stores cfg.
+// resume): keys not in allow must be equal.
 func checkConfig(cfg *config.Config, dir string, allow []string) error {
 	path := filepath.Join(dir, ConfigFile)
 	if b, err := os.ReadFile(path); err == nil {
@@ -136,6 +142,12 @@ func checkConfig(cfg *config.Config, dir string, allow []string) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("runner: %w", err)
 	}
+	return nil
+}
+
+// storeConfig writes cfg as the run directory's config.
+func storeConfig(cfg *config.Config, dir string) error {
+	path := filepath.Join(dir, ConfigFile)
 	b, err := config.Marshal(cfg)
 	if err != nil {
 		return err
