@@ -20,6 +20,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,9 @@ type Options struct {
 	Progress func(Progress)
 	// Now is the clock for timings and the snapshot interval; nil: time.Now.
 	Now func() time.Time
+	// Describe, when set, says what the generator is waiting on (e.g. the
+	// servers and their health) for the stall watchdog's message.
+	Describe func() string
 }
 
 // Progress is what the progress display shows after each step.
@@ -105,6 +109,7 @@ type Controller struct {
 
 	lastSnapshot time.Time
 	genTime      atomic.Int64 // nanoseconds spent generating since the last step
+	lateResults  atomic.Int64 // events of fenced attempts, refused by the log
 	genTokens    atomic.Int64
 }
 
@@ -163,7 +168,21 @@ func (c *Controller) Run(ctx context.Context) error {
 	var snapErr error
 	stopSnap := c.snapshotter(ctx, &snapErr)
 	defer stopSnap()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopWatch := c.watchdog(ctx, cancel)
+	defer stopWatch()
+	err := c.loop(ctx)
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrStalled) {
+		return cause
+	}
+	if err != nil {
+		return err
+	}
+	return snapErr
+}
 
+func (c *Controller) loop(ctx context.Context) error {
 	first := c.view().step + 1
 	max := int64(c.cfg.Run.MaxSteps)
 	lag := int64(c.cfg.Run.MaxLag)
@@ -184,7 +203,84 @@ func (c *Controller) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	return snapErr
+	return nil
+}
+
+// ErrStalled is returned when the stall watchdog aborts the run.
+var ErrStalled = errors.New("controller: run stalled")
+
+// watchdog watches the log for progress; after
+// rollout_failure.stall_timeout_s without a new event it warns (or, with
+// stall_action: abort, stops the run) naming the groups still open, the
+// rollouts in flight and what the generator is waiting on.
+func (c *Controller) watchdog(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
+	rf := c.cfg.RolloutFailure
+	if rf.StallTimeoutS <= 0 {
+		return func() {}
+	}
+	limit := time.Duration(rf.StallTimeoutS * float64(time.Second))
+	tick := min(time.Second, limit/4)
+	ctx, done := context.WithCancel(ctx)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		var seen uint64
+		last, warned := c.now(), time.Time{}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var applied uint64
+			c.o.Log.View(func(s *runlog.State) { applied = s.Applied })
+			now := c.now()
+			if applied != seen {
+				seen, last = applied, now
+				continue
+			}
+			if now.Sub(last) < limit || now.Sub(warned) < limit {
+				continue
+			}
+			warned = now
+			msg := c.stallReport(now.Sub(last))
+			if rf.StallAction == "abort" {
+				cancel(fmt.Errorf("%w: %s", ErrStalled, msg))
+				return
+			}
+			c.log.Warn("run stalled", "detail", msg)
+		}
+	}()
+	return func() { done(); <-exited }
+}
+
+func (c *Controller) stallReport(idle time.Duration) string {
+	var open []string
+	running := 0
+	c.o.Log.View(func(s *runlog.State) {
+		for _, id := range s.Order {
+			g := s.Groups[id]
+			if g.Status != runlog.GroupStatusOpen {
+				continue
+			}
+			if len(open) < 8 {
+				open = append(open, fmt.Sprintf("%s (prompt %s, step %d)", id, g.PromptID, g.ForStep))
+			}
+			for _, r := range g.Members {
+				if r.Status == runlog.StatusRunning {
+					running++
+				}
+			}
+		}
+	})
+	msg := fmt.Sprintf("no progress for %s; open groups: %s; rollouts running: %d (%d in flight in this process)",
+		idle.Round(time.Second), strings.Join(open, ", "), running, c.inFlight.Load())
+	if c.o.Describe != nil {
+		msg += "; generator: " + c.o.Describe()
+	}
+	return msg
 }
 
 // runThroughput generates ahead of training in a second goroutine: step s
@@ -316,55 +412,130 @@ func (c *Controller) groupsFor(s int64) (out []*runlog.Group, cursor data.Cursor
 
 // generateStep admits step s's prompts (those not admitted yet) and runs
 // every unfinished member of its groups to a seal, then commits the groups.
-// It is idempotent, which is what resume relies on.
+// A group whose member used up its attempts is dropped; with
+// rollout_failure.on_dropped_prompt: replace a spare prompt from the cursor
+// takes its place. It is idempotent, which is what resume relies on.
 func (c *Controller) generateStep(ctx context.Context, s int64) error {
+	t0 := c.now()
+	defer func() { c.genTime.Add(int64(c.now().Sub(t0))) }()
+	for {
+		if err := c.admitFor(ctx, s); err != nil {
+			return err
+		}
+		groups, _ := c.groupsFor(s)
+		var wg sync.WaitGroup
+		errs := make(chan error, len(groups))
+		open := 0
+		for _, g := range groups {
+			if g.Status != runlog.GroupStatusOpen {
+				continue
+			}
+			task, err := c.task(g)
+			if err != nil {
+				return err
+			}
+			open++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.runGroup(ctx, g, task); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		if err := errors.Join(all...); err != nil {
+			return err
+		}
+		if err := c.checkDropCaps(); err != nil {
+			return err
+		}
+		if open == 0 {
+			return nil
+		}
+	}
+}
+
+// admitFor admits what step s still needs: its num_prompts_per_step
+// prompts, and in replace mode one spare for each dropped group that has
+// none yet. Admissions are one atomic append, so a crash never leaves half.
+func (c *Controller) admitFor(ctx context.Context, s int64) error {
 	groups, cur := c.groupsFor(s)
-	P := c.cfg.GRPO.NumPromptsPerStep
-	var admit []runlog.Event
-	for len(groups)+len(admit) < P {
+	replaced := map[runlog.GroupID]bool{}
+	for _, g := range groups {
+		if g.Replaces != 0 {
+			replaced[g.Replaces] = true
+		}
+	}
+	var need []runlog.GroupID // what each new prompt replaces (0: none)
+	for range max(0, c.cfg.GRPO.NumPromptsPerStep-len(groups)+len(replaced)) {
+		need = append(need, 0)
+	}
+	if c.cfg.RolloutFailure.OnDroppedPrompt == "replace" {
+		for _, g := range groups {
+			if g.Status == runlog.GroupStatusDropped && !replaced[g.ID] {
+				need = append(need, g.ID)
+			}
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	admit := make([]runlog.Event, 0, len(need))
+	for _, rep := range need {
 		p, next, err := c.order.Next(cur)
 		if err != nil {
 			return fmt.Errorf("controller: admitting a prompt for step %d: %w", s, err)
 		}
 		admit = append(admit, runlog.PromptAdmitted{Epoch: cur.Epoch, Cursor: cur.Pos, PromptID: p.ID,
 			Group: runlog.NewGroupID(c.cfg.Run.Seed, cur.Epoch, cur.Pos),
-			Size:  uint16(c.cfg.GRPO.NumGenerationsPerPrompt), Step: s})
+			Size:  uint16(c.cfg.GRPO.NumGenerationsPerPrompt), Step: s, Replaces: rep})
+		if rep != 0 {
+			c.log.Warn("replacing a dropped prompt with a spare", "dropped", rep, "spare", p.ID, "step", s)
+		}
 		cur = next
 	}
-	if len(admit) > 0 {
-		if _, err := c.o.Log.Append(ctx, admit...); err != nil {
-			return err
-		}
-		groups, _ = c.groupsFor(s)
-	}
-	t0 := c.now()
-	defer func() { c.genTime.Add(int64(c.now().Sub(t0))) }()
+	_, err := c.o.Log.Append(ctx, admit...)
+	return err
+}
 
-	var wg sync.WaitGroup
-	errs := make(chan error, len(groups))
-	for _, g := range groups {
-		if g.Status != runlog.GroupStatusOpen {
-			continue
-		}
-		task, err := c.task(g)
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.runGroup(ctx, g, task); err != nil {
-				errs <- err
+// ErrTooManyDropped is returned when dropped prompts exceed a run-wide cap.
+var ErrTooManyDropped = errors.New("controller: too many dropped prompts")
+
+// checkDropCaps enforces rollout_failure.max_skipped_prompts (dropped
+// groups over the run) and max_consecutive_dropped_prompts (dropped in a
+// row, in admission order, among finished groups).
+func (c *Controller) checkDropCaps() error {
+	rf := c.cfg.RolloutFailure
+	var total, run, worst int
+	var last runlog.GroupID
+	c.o.Log.View(func(st *runlog.State) {
+		for _, id := range st.Order {
+			switch g := st.Groups[id]; g.Status {
+			case runlog.GroupStatusDropped:
+				total++
+				run++
+				worst, last = max(worst, run), id
+			case runlog.GroupStatusOpen:
+			default:
+				run = 0
 			}
-		}()
+		}
+	})
+	switch {
+	case total > rf.MaxSkippedPrompts:
+		return fmt.Errorf("%w: %d dropped, more than rollout_failure.max_skipped_prompts (%d); the last was group %s (`longhaul inspect RUN_DIR rollout %s-0` shows its attempts)",
+			ErrTooManyDropped, total, rf.MaxSkippedPrompts, last, last)
+	case worst > rf.MaxConsecutiveDroppedPrompts:
+		return fmt.Errorf("%w: %d dropped in a row, more than rollout_failure.max_consecutive_dropped_prompts (%d); the last was group %s",
+			ErrTooManyDropped, worst, rf.MaxConsecutiveDroppedPrompts, last)
 	}
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	return errors.Join(all...)
+	return nil
 }
 
 func (c *Controller) task(g *runlog.Group) (env.Task, error) {
@@ -402,12 +573,40 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	var exhausted *exhaustedError
+	for _, err := range errs {
+		var ex *exhaustedError
+		switch {
+		case err == nil:
+		case errors.As(err, &ex):
+			exhausted = ex
+		default:
+			return errors.Join(errs...)
+		}
+	}
+	if exhausted != nil {
+		c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+			"class", exhausted.class, "err", exhausted.err)
+		_, err := c.o.Log.Append(ctx, runlog.GroupDropped{Group: g.ID, Class: exhausted.class, Reason: exhausted.Error()})
 		return err
 	}
 	_, err := c.o.Log.Append(ctx, runlog.GroupCommitted{Group: g.ID})
 	return err
 }
+
+// exhaustedError is a member that used up its attempt budget: its group
+// is dropped, the run goes on.
+type exhaustedError struct {
+	id    runlog.RolloutID
+	class string
+	n     int
+	err   error
+}
+
+func (e *exhaustedError) Error() string {
+	return fmt.Sprintf("rollout %s failed %d times, last (%s): %v", e.id, e.n, e.class, e.err)
+}
+func (e *exhaustedError) Unwrap() error { return e.err }
 
 // runMember runs one rollout to its seal, resuming its current attempt
 // from the log when it has one, retrying failed attempts within budget.
@@ -454,7 +653,7 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 			dataFails++
 		}
 		if infra >= rf.MaxInfraAttempts || dataFails >= rf.MaxDataAttempts {
-			return fmt.Errorf("controller: rollout %s failed %d times (%d infra, %d data), last: %w", id, infra+dataFails, infra, dataFails, err)
+			return &exhaustedError{id: id, class: class, n: infra + dataFails, err: err}
 		}
 		// An environment that can neither restore its snapshot nor replay
 		// the logged actions identically cannot continue the episode: the
@@ -463,7 +662,10 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		c.log.Warn("rollout attempt failed, retrying", "rollout", id, "attempt", attempt, "class", class,
 			"restart", restart, "err", err)
 		if class == runlog.ClassInfra {
+			// Exponential backoff with jitter drawn from the attempt's id,
+			// so retries of many rollouts spread out but a run replays alike.
 			d := math.Min(rf.BackoffBaseS*math.Pow(2, float64(infra-1)), rf.BackoffCapS)
+			d *= 0.5 + 0.5*rng.Stream(c.cfg.Run.Seed, "backoff", uint64(id.Group), uint64(id.Member), uint64(attempt)).Float64()
 			select {
 			case <-time.After(time.Duration(d * float64(time.Second))):
 			case <-ctx.Done():
@@ -476,6 +678,10 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task) rollout.Spec {
 	rec := rollout.RecorderFunc(func(ctx context.Context, ev runlog.Event) error {
 		if _, err := c.o.Log.Append(ctx, ev); err != nil {
+			if errors.Is(err, runlog.ErrStaleAttempt) {
+				// A late answer of a fenced attempt: discarded, counted.
+				c.lateResults.Add(1)
+			}
 			return err
 		}
 		c.evMu.Lock()
@@ -576,9 +782,23 @@ func (c *Controller) regenerateStale(ctx context.Context, k, lag int64) error {
 // trainStep trains step k on its committed groups and publishes version k.
 func (c *Controller) trainStep(ctx context.Context, k int64) error {
 	t0 := c.now()
-	groups, _ := c.groupsFor(k)
-	if len(groups) == 0 {
-		return fmt.Errorf("controller: step %d has no groups", k)
+	all, _ := c.groupsFor(k)
+	var groups []*runlog.Group
+	dropped, replaced := 0, 0
+	for _, g := range all {
+		switch {
+		case g.Status == runlog.GroupStatusDropped:
+			dropped++
+			continue
+		case g.Replaces != 0:
+			replaced++
+		}
+		groups = append(groups, g)
+	}
+	P := c.cfg.GRPO.NumPromptsPerStep
+	if need := int(math.Ceil(c.cfg.RolloutFailure.MinStepBatchFraction * float64(P))); len(groups) < max(1, need) {
+		return fmt.Errorf("controller: step %d has %d of %d groups left after %d were dropped, fewer than rollout_failure.min_step_batch_fraction (%g) allows",
+			k, len(groups), P, dropped, c.cfg.RolloutFailure.MinStepBatchFraction)
 	}
 	acfg := advantage.Config{Estimator: c.cfg.GRPO.Estimator, Credit: c.cfg.GRPO.Credit}
 	scfg := segment.Config{OnUndeclaredBreak: c.cfg.Compaction.OnUndeclaredBreak}
@@ -648,6 +868,8 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 
 	ms := agg.metrics(k, counts)
 	ms.Version = stats.Version
+	ms.Dropped, ms.Replaced = dropped, replaced
+	ms.LateResults = int(c.lateResults.Swap(0))
 	ms.Loss, ms.GradNorm, ms.LR, ms.ClipFrac = stats.Loss, stats.GradNorm, stats.LR, stats.ClipFrac
 	if len(stale) > 0 {
 		var sum float64

@@ -287,6 +287,7 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 		e.uv(uint64(v.Group))
 		e.uv(uint64(v.Size))
 		e.sv(v.Step)
+		e.uv(uint64(v.Replaces))
 	case AttemptStarted:
 		e.rollout(v.Rollout)
 		e.uv(uint64(v.Attempt))
@@ -382,6 +383,10 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 	case Rewound:
 		e.sv(v.Step)
 		e.sv(v.Version)
+	case GroupDropped:
+		e.uv(uint64(v.Group))
+		e.str(v.Class)
+		e.str(v.Reason)
 	default:
 		return dst, fmt.Errorf("%w: %T", ErrUnknownKind, ev)
 	}
@@ -414,6 +419,7 @@ func decodeEvent(b []byte) (Event, error) {
 		v.Group = GroupID(d.uv())
 		v.Size = d.u16()
 		v.Step = d.sv()
+		v.Replaces = GroupID(d.uv())
 		ev = v
 	case KindAttemptStarted:
 		var v AttemptStarted
@@ -525,6 +531,8 @@ func decodeEvent(b []byte) (Event, error) {
 		ev = v
 	case KindRewound:
 		ev = Rewound{Step: d.sv(), Version: d.sv()}
+	case KindGroupDropped:
+		ev = GroupDropped{Group: GroupID(d.uv()), Class: d.str(), Reason: d.str()}
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownKind, kind)
 	}
@@ -582,6 +590,7 @@ var kindNames = [...]string{
 	KindCheckpointDurable: "CheckpointDurable",
 	KindSnapshotWritten:   "SnapshotWritten",
 	KindRewound:           "Rewound",
+	KindGroupDropped:      "GroupDropped",
 }
 
 // String returns the kind's type name, e.g. "CallFinished".
@@ -593,4 +602,4 @@ func (k Kind) String() string {
 }
 
 // numKinds bounds the kind values this build knows (exclusive).
-const numKinds = int(KindRewound) + 1
+const numKinds = int(KindGroupDropped) + 1

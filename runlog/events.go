@@ -23,6 +23,7 @@ const (
 	KindCheckpointDurable
 	KindSnapshotWritten
 	KindRewound
+	KindGroupDropped
 )
 
 // GroupID names a prompt group. It is derived from (run seed, epoch, cursor)
@@ -54,6 +55,9 @@ type PromptAdmitted struct {
 	Group    GroupID
 	Size     uint16 // rollouts in the group (G)
 	Step     int64  // the training step the schedule assigned this group to
+	// Replaces is the dropped group this spare prompt stands in for
+	// (rollout_failure.on_dropped_prompt: replace); 0 for none.
+	Replaces GroupID
 }
 
 // AttemptStarted opens a try at a rollout. Attempt numbers start at 1 and
@@ -203,6 +207,14 @@ type SnapshotWritten struct {
 	Path   string
 }
 
+// GroupDropped records that a group will not be trained: a member used up
+// its attempt budget. Its step shrinks, or a spare prompt replaces it.
+type GroupDropped struct {
+	Group  GroupID
+	Class  string // the failure class of the exhausted member's last failure
+	Reason string
+}
+
 // Rewound records a resume from a checkpoint older than the log's last
 // trained step: steps after Step are undone, their groups go back to
 // committed-not-trained, and the trainer stands at Step and Version again.
@@ -212,6 +224,7 @@ type Rewound struct {
 }
 
 func (Rewound) Kind() Kind           { return KindRewound }
+func (GroupDropped) Kind() Kind      { return KindGroupDropped }
 func (RunStarted) Kind() Kind        { return KindRunStarted }
 func (PromptAdmitted) Kind() Kind    { return KindPromptAdmitted }
 func (AttemptStarted) Kind() Kind    { return KindAttemptStarted }

@@ -30,6 +30,7 @@ type Report struct {
 	Version        int64             `json:"version"`
 	Trained        []TrainedReport   `json:"trained"`
 	CallsGenerated uint64            `json:"calls_generated"`
+	Dropped        int               `json:"dropped"` // groups dropped after a member used up its attempts
 	WeightsSHA256  string            `json:"weights_sha256"`
 	LastSnapshot   *SnapshotWritten  `json:"last_snapshot"`
 	LastCheckpoint *CheckpointReport `json:"last_checkpoint"`
@@ -107,6 +108,9 @@ func Inspect(ctx context.Context, dir string) (*Report, error) {
 	for _, id := range s.Order {
 		g := s.Groups[id]
 		r.Groups[g.Status.String()]++
+		if g.Status == GroupStatusDropped {
+			r.Dropped++
+		}
 		for _, m := range g.Members {
 			r.Rollouts[m.Status.String()]++
 		}
@@ -181,7 +185,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%d\n", Kind(k), r.Counts[Kind(k).String()])
 	}
 	fmt.Fprintln(tw, "\ngroups")
-	for _, st := range []GroupStatus{GroupStatusOpen, GroupStatusCommitted, GroupStatusTrained} {
+	for _, st := range []GroupStatus{GroupStatusOpen, GroupStatusCommitted, GroupStatusTrained, GroupStatusDropped} {
 		fmt.Fprintf(tw, "  %s\t%d\n", st, r.Groups[st.String()])
 	}
 	fmt.Fprintln(tw, "\nrollouts")

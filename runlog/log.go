@@ -564,6 +564,8 @@ func markDirty(d map[GroupID]struct{}, ev Event) {
 		d[v.Rollout.Group] = struct{}{}
 	case GroupCommitted:
 		d[v.Group] = struct{}{}
+	case GroupDropped:
+		d[v.Group] = struct{}{}
 	case StepTrained:
 		for _, g := range v.Groups {
 			d[g] = struct{}{}

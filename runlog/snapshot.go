@@ -254,6 +254,7 @@ func encodeGroup(e *enc, g *Group) {
 	e.u8(uint8(g.Status))
 	e.sv(g.Step)
 	e.sv(g.ForStep)
+	e.uv(uint64(g.Replaces))
 	e.uv(uint64(len(g.Members)))
 	for _, r := range g.Members {
 		e.u8(uint8(r.Status))
@@ -369,7 +370,7 @@ func (d *dec) count() int {
 }
 
 func decodeGroup(d *dec) *Group {
-	g := &Group{ID: GroupID(d.uv()), Seq: d.uv(), Epoch: d.u32(), Cursor: d.uv(), PromptID: d.str(), Status: GroupStatus(d.u8()), Step: d.sv(), ForStep: d.sv()}
+	g := &Group{ID: GroupID(d.uv()), Seq: d.uv(), Epoch: d.u32(), Cursor: d.uv(), PromptID: d.str(), Status: GroupStatus(d.u8()), Step: d.sv(), ForStep: d.sv(), Replaces: GroupID(d.uv())}
 	n := d.count()
 	g.Members = make([]*Rollout, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {

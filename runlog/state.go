@@ -64,6 +64,7 @@ const (
 	GroupStatusOpen      GroupStatus = iota // members still running
 	GroupStatusCommitted                    // may be trained
 	GroupStatusTrained                      // a step trained on it
+	GroupStatusDropped                      // a member used up its attempts: never trained
 )
 
 func (s GroupStatus) String() string {
@@ -74,6 +75,8 @@ func (s GroupStatus) String() string {
 		return "committed"
 	case GroupStatusTrained:
 		return "trained"
+	case GroupStatusDropped:
+		return "dropped"
 	}
 	return fmt.Sprintf("GroupStatus(%d)", uint8(s))
 }
@@ -137,8 +140,9 @@ type Group struct {
 	Cursor   uint64
 	PromptID string
 	Status   GroupStatus
-	Step     int64 // the step that trained it, when Status == GroupStatusTrained
-	ForStep  int64 // the step the schedule assigned it to at admission (PromptAdmitted.Step)
+	Step     int64   // the step that trained it, when Status == GroupStatusTrained
+	ForStep  int64   // the step the schedule assigned it to at admission (PromptAdmitted.Step)
+	Replaces GroupID // the dropped group it stands in for, or 0
 	Members  []*Rollout
 }
 
@@ -333,6 +337,20 @@ func apply(s *State, ev Event, off Offset) error {
 		r.Failures++
 		r.LastFailure = Failure{Attempt: v.Attempt, Class: v.Class, Reason: v.Reason}
 		r.Events = append(r.Events, off)
+	case GroupDropped:
+		g := s.Groups[v.Group]
+		if g == nil {
+			return fmt.Errorf("%w %s", ErrUnknownGroup, v.Group)
+		}
+		if g.Status != GroupStatusOpen {
+			return fmt.Errorf("%w: drop of %s, which is %v", ErrGroupState, v.Group, g.Status)
+		}
+		for _, r := range g.Members {
+			if r.Status == StatusRunning {
+				return fmt.Errorf("%w: drop of %s: member %s is still running", ErrGroupState, v.Group, r.ID)
+			}
+		}
+		g.Status = GroupStatusDropped
 	case GroupCommitted:
 		g := s.Groups[v.Group]
 		if g == nil {
@@ -419,13 +437,19 @@ func applyAdmit(s *State, v PromptAdmitted) error {
 	if _, ok := s.Groups[v.Group]; ok {
 		return invalid("group %s admitted twice", v.Group)
 	}
+	if v.Replaces != 0 {
+		if r := s.Groups[v.Replaces]; r == nil || r.Status != GroupStatusDropped {
+			return invalid("prompt %q replaces group %s, which is not dropped", v.PromptID, v.Replaces)
+		}
+	}
 	switch {
 	case v.Epoch == s.Epoch && v.Cursor == s.NextCursor:
 	case v.Epoch > s.Epoch && v.Cursor == 0:
 	default:
 		return invalid("prompt %q at epoch %d cursor %d, but the cursor is at epoch %d position %d", v.PromptID, v.Epoch, v.Cursor, s.Epoch, s.NextCursor)
 	}
-	g := &Group{ID: v.Group, Seq: uint64(len(s.Order)), Epoch: v.Epoch, Cursor: v.Cursor, PromptID: v.PromptID, ForStep: v.Step, Members: make([]*Rollout, v.Size)}
+	g := &Group{ID: v.Group, Seq: uint64(len(s.Order)), Epoch: v.Epoch, Cursor: v.Cursor, PromptID: v.PromptID, ForStep: v.Step,
+		Replaces: v.Replaces, Members: make([]*Rollout, v.Size)}
 	for i := range g.Members {
 		g.Members[i] = &Rollout{ID: RolloutID{Group: v.Group, Member: uint16(i)}}
 	}

@@ -37,7 +37,10 @@ type Step struct {
 	ClipFrac              float64 `json:"clip_frac"`
 	StalenessMean         float64 `json:"staleness_mean"` // trainer version minus generating version, averaged over calls
 	StalenessMax          int64   `json:"staleness_max"`
-	Regenerated           int     `json:"regenerated"` // throughput mode: stale groups generated again
+	Regenerated           int     `json:"regenerated"`  // throughput mode: stale groups generated again
+	Dropped               int     `json:"dropped"`      // groups of this step dropped (a member used up its attempts)
+	Replaced              int     `json:"replaced"`     // groups of this step that are spares for dropped ones
+	LateResults           int     `json:"late_results"` // results of fenced (older) attempts, discarded
 	GenSeconds            float64 `json:"gen_s"`
 	TrainSeconds          float64 `json:"train_s"`
 	StepSeconds           float64 `json:"step_s"`

@@ -97,7 +97,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	defer mw.Close()
 	c, err := controller.New(controller.Options{
 		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: parts.gen, Trainer: parts.tr,
-		Publish: parts.publish, WarmStart: parts.warmStart,
+		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
 		Metrics: mw, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
 	})
 	if err != nil {

@@ -31,6 +31,7 @@ type parts struct {
 	tr        train.Trainer
 	publish   func(ctx context.Context, version int64) error
 	warmStart func(ctx context.Context) error
+	describe  func() string // what generation waits on, for the stall watchdog
 	close     func()
 }
 
@@ -112,6 +113,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			return nil, err
 		}
 		p.gen, p.close = oc, oc.Close
+		p.describe = func() string { return fmt.Sprintf("servers %+v", oc.Status()) }
 		p.publish = func(ctx context.Context, v int64) error {
 			if err := export(ctx, v); err != nil {
 				return err
