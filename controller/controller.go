@@ -639,12 +639,23 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		c.evMu.Lock()
 		c.events[id] = slices.Clone(prior)
 		c.evMu.Unlock()
-		_, err = rollout.Run(ctx, c.spec(g, id, attempt, task), prior)
+		actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
+		_, err = rollout.Run(actx, c.spec(g, id, attempt, task), prior)
+		cancel()
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if actx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+			// The attempt's own deadline (rollout_failure.rollout_timeout_s):
+			// rollout.Run records nothing when its context ends, so the
+			// failure is recorded here, as infra.
+			err = rollout.Infra("rollout", fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err))
+			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: runlog.ClassInfra, Reason: err.Error()}); aerr != nil {
+				return aerr
+			}
 		}
 		class := rollout.ClassOf(err)
 		if class == runlog.ClassInfra {
@@ -695,7 +706,7 @@ func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, 
 		return nil
 	})
 	sp := RolloutSpec(c.cfg, c.o.Envs, c.envParams, task, id, attempt,
-		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens}, rec)
+		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, seconds(c.cfg.RolloutFailure.CallTimeoutS)}, rec)
 	sp.Logger = c.log
 	return sp
 }
@@ -745,13 +756,20 @@ func EnvParams(cfg *config.Config) (json.RawMessage, error) {
 	return b, nil
 }
 
-// countingGen counts generated tokens for the tokens/s figure.
+// countingGen counts generated tokens for the tokens/s figure and puts
+// rollout_failure.call_timeout_s on every call.
 type countingGen struct {
-	g gen.Generator
-	n *atomic.Int64
+	g       gen.Generator
+	n       *atomic.Int64
+	timeout time.Duration
 }
 
 func (cg countingGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+	if cg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cg.timeout)
+		defer cancel()
+	}
 	res, err := cg.g.Generate(ctx, reqs)
 	for _, r := range res {
 		cg.n.Add(int64(len(r.Tokens)))
@@ -920,6 +938,14 @@ func (c *Controller) rolloutEvents(id runlog.RolloutID) ([]runlog.Event, error) 
 		return evs, nil
 	}
 	return c.o.Log.RolloutEvents(id)
+}
+
+// seconds converts a config duration; 0 or less means none (a day).
+func seconds(s float64) time.Duration {
+	if s <= 0 {
+		return 24 * time.Hour
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 func round(v float64) float64 { return math.Round(v*1000) / 1000 }

@@ -179,7 +179,7 @@ func TestInfraFaultsAreRetried(t *testing.T) {
 	bin := binary(t)
 	infra := []faultproxy.Fault{faultproxy.Status500, faultproxy.Status503, faultproxy.Status429,
 		faultproxy.Status408, faultproxy.Timeout, faultproxy.Reset}
-	r := runWithFaults(t, bin, faultproxy.Cycle(8, infra...), "rollout_failure.max_infra_attempts=40",
+	r := runWithFaults(t, bin, faultproxy.Cycle(8, infra...), "rollout_failure.max_infra_attempts=20",
 		"rollout_failure.max_data_attempts=1")
 	fs := rolloutFailures(t, r.dir)
 	if r.err != nil {
@@ -194,7 +194,7 @@ func TestInfraFaultsAreRetried(t *testing.T) {
 	for _, c := range fs.perRollup {
 		most = max(most, c["infra"])
 	}
-	t.Logf("RolloutFailed by class: %v; at most %d infra failures of one rollout (budget 40); %s", fs.byClass, most, retrySummary(r.out))
+	t.Logf("RolloutFailed by class: %v; at most %d infra failures of one rollout (budget 20); %s", fs.byClass, most, retrySummary(r.out))
 	if fs.byClass["infra"] == 0 {
 		t.Error("no RolloutFailed with class infra: the faults were not retried as infra")
 	}
@@ -203,7 +203,7 @@ func TestInfraFaultsAreRetried(t *testing.T) {
 	}
 	_, dropped := accounting(t, r.dir, faultSteps)
 	if dropped != 0 {
-		t.Errorf("%d groups dropped with an infra budget of 40", dropped)
+		t.Errorf("%d groups dropped with an infra budget of 20", dropped)
 	}
 	checkTrainedOnce(t, r.dir, faultSteps, 4)
 	checkNoCallTwice(t, r.dir)
@@ -330,9 +330,10 @@ func downHint(logs string) string {
 		return ""
 	}
 	return fmt.Sprintf("\n  %d failures were \"no generation server is up\": with one server, each reset marks it down, and"+
-		" gen/openai never marks a server up when a call to it is answered (only the /health prober does, and it"+
-		" skips a down server until its retryAt), so resets while it is down double its backoff toward"+
-		" MaxBackoff (30 s) and every call fails at once; fix: in Client.call, markUp(b) when post reports answered", n)
+		" gen/openai never marks a server up when a call to it is answered; only the /health prober does, and it"+
+		" skips a down server until its retryAt, while calls resume the moment retryAt passes, so the next reset"+
+		" doubles the backoff before a probe sees the server (toward MaxBackoff, 30 s) and every call fails at once;"+
+		" fix: in Client.call, markUp(b) when post reports answered", n)
 }
 
 func tail(s string, n int) string {

@@ -62,6 +62,12 @@ func upstream(t *testing.T) *httptest.Server {
 	return s
 }
 
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loopback HTTP with deadlines; skipped with -short")
+	}
+}
+
 const completionBody = `{"prompt":[1,2,3],"max_tokens":4,"temperature":1,"top_p":1,"seed":1,"logprobs":1,"return_token_ids":true,"n":1}`
 
 func post(hc *http.Client, url string) (*http.Response, []byte, error) {
@@ -77,6 +83,7 @@ func post(hc *http.Client, url string) (*http.Response, []byte, error) {
 // TestPlainClientSeesEachFault: every fault as a plain net/http client sees
 // it, and the proxy counts exactly the one it injected.
 func TestPlainClientSeesEachFault(t *testing.T) {
+	skipShort(t)
 	up := upstream(t)
 	for _, f := range append([]Fault{None}, Faults...) {
 		t.Run(f.String(), func(t *testing.T) {
@@ -152,6 +159,7 @@ func TestPlainClientSeesEachFault(t *testing.T) {
 // TestOpenAIClientClassifiesEachFault: gen/openai's client turns every
 // fault into an *openai.Error of the class the design gives it.
 func TestOpenAIClientClassifiesEachFault(t *testing.T) {
+	skipShort(t)
 	up := upstream(t)
 	for _, f := range Faults {
 		t.Run(f.String(), func(t *testing.T) {
@@ -248,6 +256,7 @@ func TestPlans(t *testing.T) {
 		t.Errorf("Sticky(p=0.5): %d hit, %d missed", hit, miss)
 	}
 
+	skipShort(t)
 	up := upstream(t)
 	p := New(up.URL, OnPath("/v1/completions", Every(4, Status503)))
 	defer p.Close()

@@ -135,3 +135,66 @@ func TestDropCapStopsTheRun(t *testing.T) {
 		t.Fatalf("%d dropped, want past the cap of 1 by at most a step's groups", rep.Dropped)
 	}
 }
+
+// hangEnv never answers a step until its context ends: a stuck
+// environment service.
+type hangEnv struct{ env.Environment }
+
+func (hangEnv) Step(ctx context.Context, _ string) (env.StepResult, error) {
+	<-ctx.Done()
+	return env.StepResult{}, ctx.Err()
+}
+
+func hangRegistry(t *testing.T) *env.Registry {
+	reg := env.Builtin()
+	ledger, _ := reg.Lookup("ledger")
+	if err := reg.Register(env.Definition{Name: "hang",
+		New: func(p json.RawMessage) (env.Environment, error) {
+			e, err := ledger.New(p)
+			return hangEnv{e}, err
+		},
+		Task: ledger.Task}); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// TestRolloutDeadline: an attempt that runs past rollout_timeout_s fails as
+// infra (recorded), is retried, and its group is dropped at the budget;
+// the run then stops at the drop cap.
+func TestRolloutDeadline(t *testing.T) {
+	dir := t.TempDir()
+	cfg := tiny(t, "env.name=hang", "rollout_failure.rollout_timeout_s=0.2", "rollout_failure.call_timeout_s=0.1",
+		"rollout_failure.max_infra_attempts=2", "rollout_failure.backoff_base_s=0.01", "rollout_failure.backoff_cap_s=0.02",
+		"rollout_failure.max_skipped_prompts=0")
+	err := Train(context.Background(), cfg, Options{RunDir: dir, Envs: hangRegistry(t)})
+	if !errors.Is(err, controller.ErrTooManyDropped) {
+		t.Fatalf("err = %v", err)
+	}
+	l, err := runlog.Open(context.Background(), dir, runlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	infra := 0
+	l.Events(context.Background(), func(_ runlog.Offset, ev runlog.Event) error {
+		if f, ok := ev.(runlog.RolloutFailed); ok && f.Class == runlog.ClassInfra && strings.Contains(f.Reason, "rollout_timeout_s") {
+			infra++
+		}
+		return nil
+	})
+	if infra == 0 {
+		t.Fatal("no attempt failed on its deadline")
+	}
+}
+
+// TestStallWatchdogAborts: with stall_action abort, a run that makes no
+// progress stops with an error naming what is stuck.
+func TestStallWatchdogAborts(t *testing.T) {
+	dir := t.TempDir()
+	cfg := tiny(t, "env.name=hang", "rollout_failure.stall_timeout_s=0.3", "rollout_failure.stall_action=abort")
+	err := Train(context.Background(), cfg, Options{RunDir: dir, Envs: hangRegistry(t)})
+	if !errors.Is(err, controller.ErrStalled) || !strings.Contains(err.Error(), "open groups: g") || !strings.Contains(err.Error(), "rollouts running") {
+		t.Fatalf("err = %v", err)
+	}
+}
