@@ -161,11 +161,13 @@ func TestEncodeRoundTrip(t *testing.T) {
 		}
 	})
 	b, _ := EncodeEvent(nil, GroupCommitted{Group: 1})
-	b[0] = 2
-	if _, err := DecodeEvent(b); !errors.Is(err, ErrUnknownVersion) {
-		t.Fatalf("unknown version: %v", err)
+	for _, v := range []byte{encodingVersion - 1, encodingVersion + 1} {
+		b[0] = v
+		if _, err := DecodeEvent(b); !errors.Is(err, ErrUnknownVersion) {
+			t.Fatalf("version %d: %v", v, err)
+		}
 	}
-	b[0], b[1] = 1, 200
+	b[0], b[1] = encodingVersion, 200
 	if _, err := DecodeEvent(b); !errors.Is(err, ErrUnknownKind) {
 		t.Fatalf("unknown kind: %v", err)
 	}

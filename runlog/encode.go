@@ -22,7 +22,8 @@ import (
 // references into the blob store, used by the log.
 
 // encodingVersion is the only event encoding this package writes and reads.
-const encodingVersion = 1
+// 2 added PromptAdmitted.Replaces, AttemptStarted.Restart and GroupDropped.
+const encodingVersion = 2
 
 // Token modes of a CallFinished payload.
 const (

@@ -343,3 +343,32 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestDropCapAbortsRun: two prompts that fail every time, with
+// rollout_failure.max_skipped_prompts=1, drop two groups: the run aborts
+// with an error that names the cap, and the log holds both drops.
+func TestDropCapAbortsRun(t *testing.T) {
+	bin := binary(t)
+	r := runWithFaults(t, bin, faultproxy.NthPrompt(faultproxy.Malformed, 2, 30),
+		"rollout_failure.max_skipped_prompts=1", "rollout_failure.max_consecutive_dropped_prompts=50")
+	if r.err == nil {
+		t.Fatalf("the run finished with two prompts failing every time and max_skipped_prompts=1:\n%s", tail(r.out, 20))
+	}
+	if !strings.Contains(r.out, "rollout_failure.max_skipped_prompts") {
+		t.Errorf("the error does not name the cap:\n%s", tail(r.out, 10))
+	}
+	rep, err := runlog.Inspect(context.Background(), r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.Counts["GroupDropped"]; n < 2 {
+		t.Errorf("%d GroupDropped events, want ≥ 2 (one over the cap)", n)
+	}
+	if rep.Step >= faultSteps {
+		t.Errorf("the aborted run still trained all %d steps", rep.Step)
+	}
+	fs := rolloutFailures(t, r.dir)
+	if fs.byClass["data"] == 0 || fs.byClass["infra"] != 0 {
+		t.Errorf("RolloutFailed by class %v, want data only", fs.byClass)
+	}
+}
