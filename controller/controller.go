@@ -507,20 +507,28 @@ func (c *Controller) admitFor(ctx context.Context, s int64) error {
 // ErrTooManyDropped is returned when dropped prompts exceed a run-wide cap.
 var ErrTooManyDropped = errors.New("controller: too many dropped prompts")
 
-// checkDropCaps enforces rollout_failure.max_skipped_prompts (dropped
-// groups over the run) and max_consecutive_dropped_prompts (dropped in a
-// row, in admission order, among finished groups).
+// checkDropCaps enforces the run-wide caps, as NeMo RL defines them:
+// rollout_failure.max_skipped_prompts bounds the prompts dropped after data
+// failures over the run (bad prompts or a broken environment: skipping more
+// would hide a bug), and max_consecutive_dropped_prompts bounds prompts
+// dropped after infra failures in a row, in admission order, reset by any
+// group that commits (an outage: going on would only skip the data).
 func (c *Controller) checkDropCaps() error {
 	rf := c.cfg.RolloutFailure
-	var total, run, worst int
-	var last runlog.GroupID
+	var data, run, worst int
+	var lastData, lastInfra runlog.GroupID
 	c.o.Log.View(func(st *runlog.State) {
 		for _, id := range st.Order {
-			switch g := st.Groups[id]; g.Status {
+			g := st.Groups[id]
+			switch g.Status {
 			case runlog.GroupStatusDropped:
-				total++
-				run++
-				worst, last = max(worst, run), id
+				if dropClass(g) == runlog.ClassInfra {
+					run++
+					worst, lastInfra = max(worst, run), id
+				} else {
+					data++
+					lastData = id
+				}
 			case runlog.GroupStatusOpen:
 			default:
 				run = 0
@@ -528,14 +536,25 @@ func (c *Controller) checkDropCaps() error {
 		}
 	})
 	switch {
-	case total > rf.MaxSkippedPrompts:
-		return fmt.Errorf("%w: %d dropped, more than rollout_failure.max_skipped_prompts (%d); the last was group %s (`longhaul inspect RUN_DIR rollout %s-0` shows its attempts)",
-			ErrTooManyDropped, total, rf.MaxSkippedPrompts, last, last)
+	case data > rf.MaxSkippedPrompts:
+		return fmt.Errorf("%w: %d prompts dropped after data failures, more than rollout_failure.max_skipped_prompts (%d); the last was group %s (`longhaul inspect RUN_DIR rollout %s-0` shows its attempts)",
+			ErrTooManyDropped, data, rf.MaxSkippedPrompts, lastData, lastData)
 	case worst > rf.MaxConsecutiveDroppedPrompts:
-		return fmt.Errorf("%w: %d dropped in a row, more than rollout_failure.max_consecutive_dropped_prompts (%d); the last was group %s",
-			ErrTooManyDropped, worst, rf.MaxConsecutiveDroppedPrompts, last)
+		return fmt.Errorf("%w: %d prompts dropped after infra failures in a row, more than rollout_failure.max_consecutive_dropped_prompts (%d); the last was group %s",
+			ErrTooManyDropped, worst, rf.MaxConsecutiveDroppedPrompts, lastInfra)
 	}
 	return nil
+}
+
+// dropClass is the failure class that dropped a group: its exhausted
+// member's last failure.
+func dropClass(g *runlog.Group) string {
+	for _, r := range g.Members {
+		if r.Status == runlog.StatusFailed {
+			return r.LastFailure.Class
+		}
+	}
+	return runlog.ClassData
 }
 
 func (c *Controller) task(g *runlog.Group) (env.Task, error) {
@@ -648,7 +667,7 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if actx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(actx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
 			// The attempt's own deadline (rollout_failure.rollout_timeout_s):
 			// rollout.Run records nothing when its context ends, so the
 			// failure is recorded here, as infra.

@@ -410,6 +410,10 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 		tried[b] = true
 		res, answered, err := c.post(ctx, b, body, r, n)
 		c.release(b, answered)
+		if answered {
+			// An answer proves the server is up: do not wait for a probe.
+			c.markUp(b)
+		}
 		if err == nil || answered || ctx.Err() != nil {
 			return res, err
 		}

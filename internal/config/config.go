@@ -156,8 +156,8 @@ type RolloutFailure struct {
 	MaxDataAttempts              int     `yaml:"max_data_attempts" doc:"attempts per prompt lost to data failures before it is dropped"`
 	BackoffBaseS                 float64 `yaml:"backoff_base_s" doc:"infra retry backoff: min(base·2^(n-1), cap) seconds"`
 	BackoffCapS                  float64 `yaml:"backoff_cap_s" doc:"largest infra retry backoff, seconds"`
-	MaxSkippedPrompts            int     `yaml:"max_skipped_prompts" doc:"dropped prompts over the run before it aborts"`
-	MaxConsecutiveDroppedPrompts int     `yaml:"max_consecutive_dropped_prompts" doc:"dropped prompts in a row before the run aborts"`
+	MaxSkippedPrompts            int     `yaml:"max_skipped_prompts" doc:"prompts dropped after data failures over the run before it aborts"`
+	MaxConsecutiveDroppedPrompts int     `yaml:"max_consecutive_dropped_prompts" doc:"prompts dropped after infra failures in a row (reset by a commit) before the run aborts"`
 	MinStepBatchFraction         float64 `yaml:"min_step_batch_fraction" doc:"smallest fraction of num_prompts_per_step a shrunk step may train"`
 	OnDroppedPrompt              string  `yaml:"on_dropped_prompt" enum:"shrink|replace" doc:"a dropped group shrinks the step or is replaced by a spare prompt"`
 	StallTimeoutS                float64 `yaml:"stall_timeout_s" doc:"seconds without progress before the watchdog fires; 0 = off"`

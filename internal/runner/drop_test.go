@@ -166,7 +166,7 @@ func TestRolloutDeadline(t *testing.T) {
 	dir := t.TempDir()
 	cfg := tiny(t, "env.name=hang", "rollout_failure.rollout_timeout_s=0.2", "rollout_failure.call_timeout_s=0.1",
 		"rollout_failure.max_infra_attempts=2", "rollout_failure.backoff_base_s=0.01", "rollout_failure.backoff_cap_s=0.02",
-		"rollout_failure.max_skipped_prompts=0")
+		"rollout_failure.max_consecutive_dropped_prompts=0")
 	err := Train(context.Background(), cfg, Options{RunDir: dir, Envs: hangRegistry(t)})
 	if !errors.Is(err, controller.ErrTooManyDropped) {
 		t.Fatalf("err = %v", err)
