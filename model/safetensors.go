@@ -90,6 +90,28 @@ func (m *Model) SaveSafetensors(path string) error {
 	return writeFileAtomic(ConfigPath(path), cfg)
 }
 
+// WriteFiles writes the weights to path and config.json beside it with
+// plain writes, for a caller that makes them durable itself (a checkpoint
+// directory is fsync'd and renamed as a whole, so a second fsync and rename
+// per file would only slow it down).
+func (m *Model) WriteFiles(path string) error {
+	st, err := m.EncodeSafetensors()
+	if err != nil {
+		return err
+	}
+	cfg, err := m.cfg.hfJSON()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, st, 0o644); err != nil {
+		return fmt.Errorf("model: write %s: %w", path, err)
+	}
+	if err := os.WriteFile(ConfigPath(path), cfg, 0o644); err != nil {
+		return fmt.Errorf("model: write %s: %w", ConfigPath(path), err)
+	}
+	return nil
+}
+
 func writeFileAtomic(path string, data []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {

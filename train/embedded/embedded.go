@@ -79,9 +79,10 @@ type meta struct {
 }
 
 // SaveCheckpoint implements train.Trainer: weights (safetensors + config.json),
-// optimizer state and the version.
+// optimizer state and the version, written plainly: the checkpoint writer
+// (internal/ckpt) fsyncs the directory's files and publishes it by rename.
 func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
-	if err := t.t.Model().SaveSafetensors(filepath.Join(dir, WeightsFile)); err != nil {
+	if err := t.t.Model().WriteFiles(filepath.Join(dir, WeightsFile)); err != nil {
 		return err
 	}
 	f, err := os.Create(filepath.Join(dir, StateFile))
