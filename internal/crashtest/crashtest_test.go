@@ -21,6 +21,20 @@ func binary(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("builds and runs the longhaul binary; skipped with -short")
 	}
+	// The binary is built by a subprocess, which go test's result cache
+	// cannot see: stat every source file so that a change to any of them
+	// invalidates the cached result of these tests.
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && (strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".yaml")) {
+			os.Stat(path)
+		}
+		if err == nil && d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git") {
+			return filepath.SkipDir
+		}
+		return nil
+	})
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "longhaul")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/longhaul-rl/longhaul/cmd/longhaul")
