@@ -107,10 +107,9 @@ type Controller struct {
 	evMu   sync.Mutex
 	events map[runlog.RolloutID][]runlog.Event
 
-	lastSnapshot time.Time
-	genTime      atomic.Int64 // nanoseconds spent generating since the last step
-	lateResults  atomic.Int64 // events of fenced attempts, refused by the log
-	genTokens    atomic.Int64
+	genTime     atomic.Int64 // nanoseconds spent generating since the last step
+	lateResults atomic.Int64 // events of fenced attempts, refused by the log
+	genTokens   atomic.Int64
 }
 
 // New checks the options and returns a controller.
@@ -155,7 +154,6 @@ func (c *Controller) view() (st struct {
 // Run runs (or resumes) the run to run.max_steps.
 func (c *Controller) Run(ctx context.Context) error {
 	c.start = c.now()
-	c.lastSnapshot = c.start
 	st := c.view()
 	if !st.started {
 		if _, err := c.o.Log.Append(ctx, runlog.RunStarted{ConfigDigest: config.Digest(c.cfg), Seed: c.cfg.Run.Seed, Mode: c.cfg.Run.Mode}); err != nil {
@@ -165,8 +163,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.restore(ctx); err != nil {
 		return err
 	}
-	var snapErr error
-	stopSnap := c.snapshotter(ctx, &snapErr)
+	stopSnap := c.snapshotter(ctx)
 	defer stopSnap()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -176,10 +173,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrStalled) {
 		return cause
 	}
-	if err != nil {
-		return err
-	}
-	return snapErr
+	return err
 }
 
 func (c *Controller) loop(ctx context.Context) error {
@@ -322,7 +316,7 @@ func (c *Controller) runThroughput(ctx context.Context, first, max, lag int64) e
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-		if err := c.regenerateStale(ctx, k, lag); err != nil {
+		if err := c.checkStaleness(k, lag); err != nil {
 			return err
 		}
 		if err := c.trainStep(ctx, k); err != nil {
@@ -796,9 +790,13 @@ func (cg countingGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.R
 	return res, err
 }
 
-// regenerateStale (throughput mode) starts fresh attempts for groups of
-// step k whose oldest call is more than lag versions behind the trainer.
-func (c *Controller) regenerateStale(ctx context.Context, k, lag int64) error {
+// checkStaleness (throughput mode) guards the bounded-staleness rule: a
+// group of step k is trained only if all its calls were generated within
+// lag versions of k-1. The producer starts step k only once version
+// k-1-lag is published and versions only grow, so a group it admitted is
+// never stale (nothing needs generating again); a violation is a bug and
+// stops the run rather than training on it.
+func (c *Controller) checkStaleness(k, lag int64) error {
 	// Generation of step k starts only once version k-1-lag is published
 	// and versions only grow, so a group admitted by this controller is
 	// never stale; groups resumed from a rewound log can be newer, never
@@ -1011,7 +1009,7 @@ func metricValue(ms metrics.Step, name string) *float64 {
 }
 
 // snapshotter writes run-state snapshots on their own clock until stop.
-func (c *Controller) snapshotter(ctx context.Context, errp *error) (stop func()) {
+func (c *Controller) snapshotter(ctx context.Context) (stop func()) {
 	rc := c.cfg.RolloutCheckpointing
 	if !rc.Enabled || rc.SnapshotAttemptIntervalS <= 0 {
 		return func() {}
