@@ -75,26 +75,22 @@ func (m *Model) EncodeSafetensors() ([]byte, error) {
 
 // SaveSafetensors writes the weights to path and config.json beside it,
 // each through a temporary file and a rename.
-func (m *Model) SaveSafetensors(path string) error {
-	st, err := m.EncodeSafetensors()
-	if err != nil {
-		return err
-	}
-	cfg, err := m.cfg.hfJSON()
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(path, st); err != nil {
-		return err
-	}
-	return writeFileAtomic(ConfigPath(path), cfg)
-}
+func (m *Model) SaveSafetensors(path string) error { return m.writeFiles(path, writeFileAtomic) }
 
 // WriteFiles writes the weights to path and config.json beside it with
 // plain writes, for a caller that makes them durable itself (a checkpoint
 // directory is fsync'd and renamed as a whole, so a second fsync and rename
 // per file would only slow it down).
 func (m *Model) WriteFiles(path string) error {
+	return m.writeFiles(path, func(p string, b []byte) error {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return fmt.Errorf("model: write %s: %w", p, err)
+		}
+		return nil
+	})
+}
+
+func (m *Model) writeFiles(path string, write func(string, []byte) error) error {
 	st, err := m.EncodeSafetensors()
 	if err != nil {
 		return err
@@ -103,13 +99,10 @@ func (m *Model) WriteFiles(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, st, 0o644); err != nil {
-		return fmt.Errorf("model: write %s: %w", path, err)
+	if err := write(path, st); err != nil {
+		return err
 	}
-	if err := os.WriteFile(ConfigPath(path), cfg, 0o644); err != nil {
-		return fmt.Errorf("model: write %s: %w", ConfigPath(path), err)
-	}
-	return nil
+	return write(ConfigPath(path), cfg)
 }
 
 func writeFileAtomic(path string, data []byte) error {

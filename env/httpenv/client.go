@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/httpclass"
 	"io"
 	"net/http"
 	"strings"
@@ -160,10 +161,7 @@ func (c *Client) post(ctx context.Context, path string, in, out any) error {
 func statusError(op string, status int, raw []byte) error {
 	var er ErrorReply
 	msg := excerpt(raw)
-	class := runlog.ClassData
-	if status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500 {
-		class = runlog.ClassInfra
-	}
+	class := httpclass.Status(status)
 	if json.Unmarshal(raw, &er) == nil && er.Error.Message != "" {
 		msg = er.Error.Message
 		if er.Error.Class == runlog.ClassInfra || er.Error.Class == runlog.ClassData {

@@ -1,11 +1,9 @@
 package openai
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"github.com/longhaul-rl/longhaul/internal/httpclass"
 )
 
 // Failure classes. Infra failures are worth retrying elsewhere or later;
@@ -58,27 +56,9 @@ func ClassOf(err error) string {
 	return ClassData
 }
 
-// classOfStatus applies the rule: 5xx, 408 and 429 are infra, other
-// non-2xx are data.
-func classOfStatus(status int) string {
-	if status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests {
-		return ClassInfra
-	}
-	return ClassData
-}
+func classOfStatus(status int) string { return httpclass.Status(status) }
 
-func isInfra(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	var oe *net.OpError
-	return errors.As(err, &oe)
-}
-
+func isInfra(err error) bool { return httpclass.IsInfra(err) }
 func dataErr(server string, status int, format string, args ...any) *Error {
 	return &Error{Class: ClassData, Status: status, Server: server, Err: fmt.Errorf(format, args...)}
 }

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/httpclass"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -54,8 +54,7 @@ func ClassOf(err error) string {
 	if errors.As(err, &e) {
 		return e.Class
 	}
-	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.As(err, &ne) {
+	if httpclass.IsInfra(err) {
 		return ClassInfra
 	}
 	return ClassData
@@ -212,10 +211,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
 			msg = e.Error.Message
 		}
-		class := ClassData
-		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests {
-			class = ClassInfra
-		}
+		class := httpclass.Status(resp.StatusCode)
 		err := errors.New(msg)
 		if resp.StatusCode == http.StatusConflict && e.Error.Code == "step_conflict" {
 			err = fmt.Errorf("%w: %s", ErrStepConflict, msg)

@@ -1,0 +1,33 @@
+package httpclass
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+)
+
+func TestStatus(t *testing.T) {
+	for code, want := range map[int]string{500: Infra, 503: Infra, 408: Infra, 429: Infra, 400: Data, 404: Data, 413: Data, 422: Data} {
+		if got := Status(code); got != want {
+			t.Errorf("Status(%d) = %s, want %s", code, got, want)
+		}
+	}
+}
+
+func TestIsInfra(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), true},
+		{context.Canceled, true},
+		{&net.OpError{Op: "dial", Err: errors.New("refused")}, true},
+		{errors.New("bad json"), false},
+	} {
+		if got := IsInfra(tc.err); got != tc.want {
+			t.Errorf("IsInfra(%v) = %v", tc.err, got)
+		}
+	}
+}
