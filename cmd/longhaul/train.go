@@ -76,8 +76,10 @@ names the keys that may differ.`,
 				return err
 			}
 			opts := runner.Options{RunDir: runDir, Logger: log, AllowChange: allow, Crash: crash}
-			if tty {
-				opts.Progress = func(p controller.Progress) {
+			var reached int64
+			opts.Progress = func(p controller.Progress) {
+				reached = p.Step
+				if tty {
 					last, inFlight = p.Metrics, p.InFlight
 					bar.SetCurrent(p.Step)
 				}
@@ -88,6 +90,13 @@ names the keys that may differ.`,
 					bar.Abort(false)
 				}
 				progress.Wait()
+			}
+			if err != nil && interrupted(cmd.Context()) {
+				// A stop on request is not a failure: the log is closed
+				// (fsynced appends, deferred closes done), so say how to go on.
+				fmt.Fprintf(cmd.ErrOrStderr(), "longhaul: stopped after step %d of %d; resume with:\n  %s\n",
+					reached, cfg.Run.MaxSteps, resumeCommand(cfgPath, runDir, allow, args))
+				return nil
 			}
 			if err != nil {
 				return err
@@ -142,6 +151,32 @@ func summarize(w interface{ Write([]byte) (int, error) }, runDir string) error {
 		last.Step, last.ElapsedSeconds, 100*first.SuccessRate, 100*last.SuccessRate, first.RewardMean, last.RewardMean, last.CompactionsPerRollout)
 	fmt.Fprintf(w, "metrics: %s\ncurve:   %s\n", filepath.Join(runDir, runner.MetricsFile), filepath.Join(runDir, runner.CurveFile))
 	return nil
+}
+
+// resumeCommand is the command line that resumes the run in runDir.
+func resumeCommand(cfgPath, runDir string, allow, overrides []string) string {
+	parts := []string{"longhaul", "train"}
+	if cfgPath != "" {
+		parts = append(parts, "--config", shellQuote(cfgPath))
+	}
+	parts = append(parts, "--run-dir", shellQuote(runDir))
+	if len(allow) > 0 {
+		parts = append(parts, "--allow-config-change", shellQuote(strings.Join(allow, ",")))
+	}
+	for _, o := range overrides {
+		parts = append(parts, shellQuote(o))
+	}
+	return strings.Join(parts, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '=' || r == ',' || r == ':' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func isTerminal(f *os.File) bool {

@@ -95,6 +95,9 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 	defer mw.Close()
+	if mw.Repaired > 0 {
+		log.Warn("metrics.jsonl tail was torn; cut back to the last whole row", "bytes", mw.Repaired)
+	}
 	c, err := controller.New(controller.Options{
 		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: parts.gen, Trainer: parts.tr,
 		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
