@@ -37,4 +37,28 @@ type Step struct {
 	StepSeconds           float64 `json:"step_s"`
 	ElapsedSeconds        float64 `json:"elapsed_s"`
 	GenTokensPerSecond    float64 `json:"gen_tokens_per_s"`
+
+	// GRPO diagnostics (docs/observability.md). Lengths are per rollout:
+	// prompt = the first call's prompt, completion = tokens the policy
+	// sampled over all calls, rollout = tokens of all its segments.
+	PromptLenMean     float64 `json:"prompt_len_mean"`
+	PromptLenMax      int     `json:"prompt_len_max"`
+	CompletionLenMean float64 `json:"completion_len_mean"`
+	CompletionLenMax  int     `json:"completion_len_max"`
+	RolloutLenMean    float64 `json:"rollout_len_mean"`
+	RolloutLenMax     int     `json:"rollout_len_max"`
+	TokensPerSegment  float64 `json:"tokens_per_segment"`
+	ZeroVarGroupFrac  float64 `json:"zero_var_group_frac"` // groups whose rewards are all equal (no signal)
+	RecoveredGroups   int     `json:"recovered_groups"`    // groups with a member that failed and was retried to a seal
+	RecoveredRollouts int     `json:"recovered_rollouts"`  // rollouts that failed at least once, then sealed
+	Entropy           float64 `json:"entropy"`             // from the trainer (train.Diagnostics)
+	KLSampler         float64 `json:"kl_sampler"`
+	KLRef             float64 `json:"kl_ref"`
+	ClipLowFrac       float64 `json:"clip_low_frac"`
+	ClipHighFrac      float64 `json:"clip_high_frac"`
+	LogprobAbsDiff    float64 `json:"logprob_abs_diff"`
+	RatioP05          float64 `json:"ratio_p05"`
+	RatioP50          float64 `json:"ratio_p50"`
+	RatioP95          float64 `json:"ratio_p95"`
+	RatioMax          float64 `json:"ratio_max"`
 }
