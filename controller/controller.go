@@ -60,8 +60,10 @@ type Options struct {
 	// be nil). It must be deterministic: a resume without a checkpoint
 	// runs it again.
 	WarmStart func(ctx context.Context) error
-	Metrics   *metrics.Writer
-	Logger    *slog.Logger
+	// Metrics receives each step's row (metrics.jsonl, TensorBoard,
+	// Prometheus: internal/metrics.Sinks).
+	Metrics metrics.Sink
+	Logger  *slog.Logger
 	// Crash, when set, is called at named points of the loop (tests use it
 	// to SIGKILL the process exactly there).
 	Crash    func(point string)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/tb"
 )
 
 // interruptAt starts a run, waits until metrics.jsonl holds at least rows
@@ -123,6 +124,15 @@ func checkMetricsRows(t *testing.T, ref, dir string, n int64) {
 	}
 	if int64(len(got)) != n || len(want) != len(got) {
 		t.Fatalf("%d rows, reference %d, want %d", len(got), len(want), n)
+	}
+	steps, err := tb.Steps(filepath.Join(dir, "tb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range steps {
+		if s != int64(i+1) || int64(len(steps)) != n {
+			t.Fatalf("TensorBoard events for steps %v, want 1..%d once each", steps, n)
+		}
 	}
 	for i := range got {
 		g, w := got[i], want[i]

@@ -20,6 +20,7 @@ import (
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/internal/tb"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -44,6 +45,9 @@ type Options struct {
 	AllowChange []string
 	Crash       func(point string)
 	Progress    func(controller.Progress)
+	// Metrics, when set, also receives every step's row (the Prometheus
+	// endpoint of `longhaul train --metrics-addr`).
+	Metrics metrics.Sink
 	// Envs replaces the built-in environment registry.
 	Envs *env.Registry
 }
@@ -98,10 +102,22 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if mw.Repaired > 0 {
 		log.Warn("metrics.jsonl tail was torn; cut back to the last whole row", "bytes", mw.Repaired)
 	}
+	tw, err := tb.Open(filepath.Join(dir, TBDir), nil)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, tw.Close()) }()
+	if tw.Repaired > 0 {
+		log.Warn("TensorBoard event file tail was torn; cut back to the last whole record", "bytes", tw.Repaired)
+	}
+	sinks := metrics.Sinks{mw, tbSink{tw}}
+	if opts.Metrics != nil {
+		sinks = append(sinks, opts.Metrics)
+	}
 	c, err := controller.New(controller.Options{
 		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: parts.gen, Trainer: parts.tr,
 		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
-		Metrics: mw, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
+		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
 	})
 	if err != nil {
 		return err
