@@ -142,6 +142,10 @@ func New(o Options) (*Controller, error) {
 	return c, nil
 }
 
+// InFlight is the number of rollouts running in this process now (the
+// progress display and the Prometheus gauge read it live).
+func (c *Controller) InFlight() int64 { return c.inFlight.Load() }
+
 func (c *Controller) view() (st struct {
 	started bool
 	step    int64
