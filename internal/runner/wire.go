@@ -64,7 +64,9 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			return nil, fmt.Errorf("runner: %w", err)
 		}
 		p.tr = local
-		p.warmStart = func(ctx context.Context) error { return WarmStartProgress(ctx, cfg, reg, local.Model(), log, opts.WarmStartProgress) }
+		p.warmStart = func(ctx context.Context) error {
+			return WarmStartProgress(ctx, cfg, reg, local.Model(), log, opts.WarmStartProgress)
+		}
 	case "remote":
 		// The trainer process initialises (and warm-starts) its own model
 		// from the same config: `longhaul serve-trainer --config ...`.
