@@ -3,6 +3,7 @@ package metrics
 import (
 	"fmt"
 	"image/color"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +12,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	_ "gonum.org/v1/plot/vg/vgimg" // png
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Run is one run's rows under a name, for Plot and Compare.
@@ -100,11 +101,21 @@ var dashes = [][]vg.Length{nil, {vg.Points(6), vg.Points(3)}, {vg.Points(2), vg.
 
 func draw6(title, path string, runs []Run) error {
 	const cols, rows = 2, 3
-	w, h := 15*vg.Inch, 12*vg.Inch
-	format := strings.TrimPrefix(filepath.Ext(path), ".")
-	cw, err := draw.NewFormattedCanvas(w, h, format)
-	if err != nil {
-		return fmt.Errorf("metrics: plot %s: %w", path, err)
+	w, h := 13*vg.Inch, 10*vg.Inch
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	var cw vg.CanvasWriterTo
+	var img *vgimg.Canvas
+	if format == "png" {
+		// encoded below at BestSpeed: the default deflate level costs
+		// most of the plot's time (and far more under -race, where every
+		// test run that finishes a run draws one)
+		img = vgimg.New(w, h)
+		cw = vgimg.PngCanvas{Canvas: img}
+	} else {
+		var err error
+		if cw, err = draw.NewFormattedCanvas(w, h, format); err != nil {
+			return fmt.Errorf("metrics: plot %s: %w", path, err)
+		}
 	}
 	dc := draw.New(cw)
 	// white background, then the figure title above the tiles
@@ -178,7 +189,13 @@ func draw6(title, path string, runs []Run) error {
 	if err != nil {
 		return fmt.Errorf("metrics: plot: %w", err)
 	}
-	if _, err := cw.WriteTo(f); err != nil {
+	if img != nil {
+		enc := png.Encoder{CompressionLevel: png.BestSpeed}
+		err = enc.Encode(f, img.Image())
+	} else {
+		_, err = cw.WriteTo(f)
+	}
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("metrics: plot %s: %w", path, err)
 	}
