@@ -61,3 +61,16 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestVersionFlag(t *testing.T) {
+	var out strings.Builder
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetArgs([]string{"--version"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "longhaul version ") || !strings.Contains(out.String(), "go1.") {
+		t.Fatalf("--version printed %q", out.String())
+	}
+}
