@@ -60,8 +60,10 @@ type Options struct {
 	// be nil). It must be deterministic: a resume without a checkpoint
 	// runs it again.
 	WarmStart func(ctx context.Context) error
-	Metrics   *metrics.Writer
-	Logger    *slog.Logger
+	// Metrics receives each step's row (metrics.jsonl, TensorBoard,
+	// Prometheus: internal/metrics.Sinks).
+	Metrics metrics.Sink
+	Logger  *slog.Logger
 	// Crash, when set, is called at named points of the loop (tests use it
 	// to SIGKILL the process exactly there).
 	Crash    func(point string)
@@ -139,6 +141,10 @@ func New(o Options) (*Controller, error) {
 	c.versionCond = sync.NewCond(&c.mu)
 	return c, nil
 }
+
+// InFlight is the number of rollouts running in this process now (the
+// progress display and the Prometheus gauge read it live).
+func (c *Controller) InFlight() int64 { return c.inFlight.Load() }
 
 func (c *Controller) view() (st struct {
 	started bool
@@ -840,7 +846,7 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 	var (
 		ags   []advantage.Group
 		ids   []runlog.GroupID
-		agg   stepAgg
+		agg   metrics.StepAgg
 		stale []int64
 	)
 	for _, g := range groups {
@@ -859,11 +865,12 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 				return fmt.Errorf("controller: step %d: rollout %s: %w", k, m.ID, err)
 			}
 			members = append(members, advantage.Rollout{ID: m.ID, Reward: m.Reward, Segments: segs})
-			agg.add(m, calls, len(segs))
+			agg.AddRollout(m, calls, segs)
 			for _, cl := range m.Calls {
 				stale = append(stale, k-1-cl.Version)
 			}
 		}
+		agg.EndGroup()
 		ag, err := advantage.Compute(acfg, members)
 		if err != nil {
 			return fmt.Errorf("controller: step %d: group %s: %w", k, g.ID, err)
@@ -901,11 +908,10 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 	}
 	c.setVersion(stats.Version)
 
-	ms := agg.metrics(k, counts)
-	ms.Version = stats.Version
+	ms := agg.Step(k, counts)
+	ms.SetTrain(stats)
 	ms.Dropped, ms.Replaced = dropped, replaced
 	ms.LateResults = int(c.lateResults.Swap(0))
-	ms.Loss, ms.GradNorm, ms.LR, ms.ClipFrac = stats.Loss, stats.GradNorm, stats.LR, stats.ClipFrac
 	if len(stale) > 0 {
 		var sum float64
 		for _, v := range stale {
@@ -1038,45 +1044,4 @@ func (c *Controller) snapshotter(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-// stepAgg accumulates a step's rollout metrics.
-type stepAgg struct {
-	n, success, compacted       int
-	reward, reward2             float64
-	segs, compactions, turns    int
-	calls, genTokens, promptTok int
-}
-
-func (a *stepAgg) add(m *runlog.Rollout, calls []runlog.CallFinished, segs int) {
-	a.n++
-	a.reward += m.Reward
-	a.reward2 += m.Reward * m.Reward
-	if m.Success {
-		a.success++
-	}
-	if m.Compactions > 0 {
-		a.compacted++
-	}
-	a.segs += segs
-	a.compactions += int(m.Compactions)
-	a.turns += int(m.EnvSteps)
-	a.calls += len(calls)
-	for _, cl := range calls {
-		a.genTokens += len(cl.Sampled)
-		a.promptTok += int(cl.PromptPrefix) + len(cl.PromptSuffix)
-	}
-}
-
-func (a *stepAgg) metrics(k int64, counts batch.Counts) metrics.Step {
-	n := float64(max(a.n, 1))
-	mean := a.reward / n
-	return metrics.Step{
-		Step: k, RewardMean: mean, RewardStd: math.Sqrt(math.Max(0, a.reward2/n-mean*mean)),
-		SuccessRate: float64(a.success) / n, Groups: counts.Groups, Rollouts: counts.Rollouts,
-		SegmentsPerRollout: float64(a.segs) / n, CompactionsPerRollout: float64(a.compactions) / n,
-		CompactedFraction: float64(a.compacted) / n, TurnsPerRollout: float64(a.turns) / n,
-		Rows: counts.Rows, TrainTokens: counts.Trainable, PaddingTokens: counts.Padding,
-		GeneratedTokens: a.genTokens, PromptTokens: a.promptTok, Calls: a.calls,
-	}
 }

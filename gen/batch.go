@@ -38,6 +38,10 @@ func NewBatcher(ctx context.Context, inner Generator, max int, window time.Durat
 	return b
 }
 
+// Queued is the number of Generate calls waiting to be batched (the
+// generation queue depth).
+func (b *Batcher) Queued() int { return len(b.queue) }
+
 // Generate queues reqs as one unit (a group's members stay together so the
 // inner generator can share their prompt prefix) and waits for the answer.
 func (b *Batcher) Generate(ctx context.Context, reqs []Request) ([]Result, error) {

@@ -125,6 +125,26 @@ type Stats struct {
 	ClipFrac float64 // fraction of trained tokens whose ratio was clipped (pg)
 	KL       float64 // mean k3 estimate over trained tokens (pg with KLCoef ≠ 0)
 	Tokens   int     // trained tokens
+	Diag     Diagnostics
+}
+
+// Diagnostics describe the policy on the trained tokens as the step's
+// forward pass saw it (before the update): what GRPO runs are compared by.
+// They are read off values the loss computes anyway and never feed the
+// gradient, so they cannot change the weights.
+type Diagnostics struct {
+	Entropy      float64 // mean entropy (nats) of the policy at trained positions
+	ClipLowFrac  float64 // pg: fraction of trained tokens clipped at 1−ClipLow (A < 0)
+	ClipHighFrac float64 // pg: fraction clipped at 1+ClipHigh (A > 0)
+	// pg: the trainer's logprob against the sampler's (OldLogprobs): mean
+	// |Δ|, the mean k3 estimate of KL(sampler‖policy), and quantiles of the
+	// importance ratio exp(Δ).
+	LogprobAbsDiff float64
+	KLSampler      float64
+	RatioP05       float64
+	RatioP50       float64
+	RatioP95       float64
+	RatioMax       float64
 }
 
 // Trainer steps a model's weights. It holds the AdamW moments and the step
@@ -155,10 +175,13 @@ func (t *Trainer) StepCount() int64 { return t.step }
 func (t *Trainer) Model() *Model { return t.m }
 
 type shardStats struct {
-	loss, kl float64
-	clipped  int
-	err      error
-	ran      bool
+	loss, kl             float64
+	clipped              int
+	clipLow, clipHigh    int
+	entropy, absDiff, k3 float64
+	ratios               []float64
+	err                  error
+	ran                  bool
 }
 
 // Step runs one optimizer step over all seqs: forward and backward in
@@ -248,6 +271,7 @@ func (m *Model) gradient(ctx context.Context, seqs []Sequence, lc LossConfig, gr
 	})
 	var loss, kl float64
 	clipped := 0
+	var d diagSums
 	first := true
 	for s := range st {
 		if st[s].err != nil {
@@ -259,6 +283,7 @@ func (m *Model) gradient(ctx context.Context, seqs []Sequence, lc LossConfig, gr
 		loss += st[s].loss
 		kl += st[s].kl
 		clipped += st[s].clipped
+		d.add(&st[s])
 		g := m.ws[s].grad
 		if grad == nil {
 			continue
@@ -272,7 +297,8 @@ func (m *Model) gradient(ctx context.Context, seqs []Sequence, lc LossConfig, gr
 			grad[i] += v
 		}
 	}
-	return Stats{Loss: loss, ClipFrac: float64(clipped) / float64(tokens), KL: kl / float64(tokens), Tokens: tokens}, nil
+	return Stats{Loss: loss, ClipFrac: float64(clipped) / float64(tokens), KL: kl / float64(tokens), Tokens: tokens,
+		Diag: d.diagnostics(tokens, lc.Kind == LossPG)}, nil
 }
 
 // checkSeq validates a sequence and returns its number of trained tokens.
@@ -347,12 +373,14 @@ func (m *Model) lossGrad(ws *workspace, s *Sequence, lc LossConfig, w float64, s
 		row := ws.logits[(t-1)*V : t*V]
 		lse, sum := logSumExp(row, ws.e)
 		tok := s.Tokens[t]
-		loss, dlp, clipped, kl := tokenLoss(&lc, float64(row[tok]-lse), s, t)
+		lp := float64(row[tok] - lse)
+		loss, dlp, clipped, kl := tokenLoss(&lc, lp, s, t)
 		st.loss += w * loss
 		st.kl += kl
 		if clipped {
 			st.clipped++
 		}
+		st.observe(&lc, lp, float64(lse), row, ws.e[:V], float64(sum), s, t)
 		g := float32(w * dlp)
 		if g == 0 {
 			continue

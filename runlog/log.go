@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 )
 
 // ErrClosed is returned by calls on a closed Log.
@@ -33,6 +34,9 @@ type Options struct {
 	// Hook, when set, is called at named points inside the log
 	// ("snapshot.write"); crash tests SIGKILL the process there.
 	Hook func(point string)
+	// OnAppend, when set, is told how long each successful Append waited
+	// until its events were durable (the Prometheus log-latency histogram).
+	OnAppend func(time.Duration)
 }
 
 // Dir layout under the run directory.
@@ -293,6 +297,14 @@ func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
 		return 0, errors.New("runlog: append of no events")
 	}
 	req := &request{evs: evs, done: make(chan struct{})}
+	if l.opts.OnAppend != nil {
+		t0 := time.Now()
+		defer func() {
+			if req.err == nil {
+				l.opts.OnAppend(time.Since(t0))
+			}
+		}()
+	}
 	select {
 	case l.reqc <- req:
 	case <-ctx.Done():

@@ -259,9 +259,9 @@ func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice,
 		out[i] = cutStops(rs, p.stopStrings)
 		out[i].prompt = i / p.n
 	}
-	s.metrics.promptTokens.Add(int64(total))
+	s.metrics.promptTokens.Add(float64(total))
 	for _, c := range out {
-		s.metrics.genTokens.Add(int64(len(c.tokens)))
+		s.metrics.genTokens.Add(float64(len(c.tokens)))
 	}
 	return out, v, nil
 }

@@ -100,7 +100,7 @@ func New(b Backend, opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{be: b, opts: opts, log: opts.Logger, metrics: newMetrics()}
+	s := &Server{be: b, opts: opts, log: opts.Logger, metrics: newMetrics(b.Model)}
 	s.loading.Store(opts.Loading)
 	s.routes = map[string]map[string]http.HandlerFunc{
 		"/v1/completions":           {http.MethodPost: s.handleCompletions},
@@ -156,9 +156,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		endpoint = "other" // unbounded label values would blow up /metrics
 	}
-	s.metrics.inFlight.Add(1)
+	s.metrics.running.Inc()
 	defer func() {
-		s.metrics.inFlight.Add(-1)
+		s.metrics.running.Dec()
 		s.metrics.observe(endpoint, sw.status, time.Since(start))
 	}()
 	if !ok {
@@ -336,17 +336,16 @@ func (s *Server) handleReload(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, cur, http.StatusBadRequest, map[string]any{"success": false, "message": err.Error(), "version": cur})
 		return
 	}
-	s.metrics.version.Store(v)
+	s.metrics.version.Set(float64(v))
 	s.log.Info("weights reloaded", "path", req.ModelPath, "version", v)
 	writeJSON(w, v, http.StatusOK, map[string]any{"success": true,
 		"message": fmt.Sprintf("Succeeded to update model weights from %s.", req.ModelPath), "version": v})
 }
 
-func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
-	s.metrics.version.Store(s.version())
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	s.metrics.version.Set(float64(s.version()))
 	w.Header().Set(VersionHeader, strconv.FormatInt(s.version(), 10))
-	s.metrics.write(w)
+	s.metrics.handler().ServeHTTP(w, r)
 }
 
 // generate runs one batched generator call under the read lock and returns

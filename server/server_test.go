@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 )
@@ -385,22 +389,68 @@ func TestModelsHealthMetrics(t *testing.T) {
 	wantError(t, do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": "a"}), 503, "service_unavailable", "model_loading")
 	s.SetLoading(false)
 	r := do(t, ts, "GET", "/metrics", nil)
-	body := string(r.body)
-	for _, want := range []string{
-		`longhaul_server_requests_total{endpoint="/v1/completions",code="200"} 1`,
-		`longhaul_server_requests_total{endpoint="/v1/completions",code="400"} 1`,
-		`longhaul_server_requests_total{endpoint="/v1/completions",code="503"} 1`,
-		`longhaul_server_request_duration_seconds_count{endpoint="/v1/completions"} 3`,
-		`longhaul_server_request_duration_seconds_bucket{endpoint="/health",le="+Inf"} 2`,
-		"longhaul_server_prompt_tokens_total 2\n",
-		"longhaul_server_generation_tokens_total 3\n",
-		"longhaul_server_weight_version 3\n",
-		"# TYPE longhaul_server_request_duration_seconds histogram",
+	fams := parseMetrics(t, r.body)
+	for _, c := range []struct {
+		family string
+		labels map[string]string
+		want   float64
+	}{
+		{"longhaul_server_requests_total", map[string]string{"endpoint": "/v1/completions", "code": "200"}, 1},
+		{"longhaul_server_requests_total", map[string]string{"endpoint": "/v1/completions", "code": "400"}, 1},
+		{"longhaul_server_requests_total", map[string]string{"endpoint": "/v1/completions", "code": "503"}, 1},
+		{"longhaul_server_request_duration_seconds", map[string]string{"endpoint": "/v1/completions"}, 3},
+		{"longhaul_server_request_duration_seconds", map[string]string{"endpoint": "/health"}, 2},
+		{"vllm:e2e_request_latency_seconds", map[string]string{"model_name": testModel}, 1},
+		{"vllm:prompt_tokens_total", map[string]string{"model_name": testModel}, 2},
+		{"vllm:generation_tokens_total", map[string]string{"model_name": testModel}, 3},
+		{"vllm:num_requests_running", map[string]string{"model_name": testModel}, 1}, // the /metrics request itself
+		{"longhaul_server_weight_version", nil, 3},
 	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q:\n%s", want, body)
+		if got, ok := metricValue(fams, c.family, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %v), want %v", c.family, c.labels, got, ok, c.want)
 		}
 	}
+}
+
+// parseMetrics parses a /metrics body with the Prometheus text parser.
+func parseMetrics(t *testing.T, body []byte) map[string]*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v\n%s", err, body)
+	}
+	return fams
+}
+
+// metricValue is the value of the series of family with exactly labels: a
+// counter's or gauge's value, a histogram's sample count.
+func metricValue(fams map[string]*dto.MetricFamily, family string, labels map[string]string) (float64, bool) {
+	f := fams[family]
+	if f == nil {
+		return 0, false
+	}
+	for _, m := range f.GetMetric() {
+		if len(m.GetLabel()) != len(labels) {
+			continue
+		}
+		match := true
+		for _, l := range m.GetLabel() {
+			match = match && labels[l.GetName()] == l.GetValue()
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
 }
 
 func TestErrors(t *testing.T) {

@@ -40,6 +40,25 @@ type StepStats struct {
 	LR       float64
 	ClipFrac float64 // fraction of trainable tokens whose ratio was clipped
 	Tokens   int     // trainable tokens
+	Diag     Diagnostics
+}
+
+// Diagnostics describe the policy on the step's trainable tokens as the
+// trainer saw them before the update (the numbers GRPO runs are compared
+// by). A trainer that cannot compute one leaves it 0.
+type Diagnostics struct {
+	Entropy      float64 `json:"entropy"`        // mean policy entropy (nats)
+	KLRef        float64 `json:"kl_ref"`         // mean k3 KL to the reference (loss.kl_coef > 0)
+	KLSampler    float64 `json:"kl_sampler"`     // mean k3 estimate of KL(sampler‖policy)
+	ClipLowFrac  float64 `json:"clip_low_frac"`  // tokens clipped at 1−clip_low (A < 0)
+	ClipHighFrac float64 `json:"clip_high_frac"` // tokens clipped at 1+clip_high (A > 0)
+	// The trainer–sampler mismatch: mean |logπ_trainer − logπ_sampler| and
+	// quantiles of the importance ratio exp(Δ).
+	LogprobAbsDiff float64 `json:"logprob_abs_diff"`
+	RatioP05       float64 `json:"ratio_p05"`
+	RatioP50       float64 `json:"ratio_p50"`
+	RatioP95       float64 `json:"ratio_p95"`
+	RatioMax       float64 `json:"ratio_max"`
 }
 
 // State is where a trainer stands.

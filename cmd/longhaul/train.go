@@ -9,14 +9,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 
-	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/examples"
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/crashtest"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/promtrain"
 	"github.com/longhaul-rl/longhaul/internal/runner"
 )
 
@@ -27,6 +25,9 @@ func newTrainCmd() *cobra.Command {
 		allow    []string
 		logLevel string
 		noBar    bool
+		// progress and metrics
+		progressEvery time.Duration
+		metricsAddr   string
 	)
 	cmd := &cobra.Command{
 		Use:   "train [--config FILE] [--run-dir DIR] [key=value ...]",
@@ -53,21 +54,15 @@ names the keys that may differ.`,
 			}
 			out := cmd.OutOrStdout()
 			tty := isTerminal(os.Stdout) && !noBar
-			var progress *mpb.Progress
-			var bar *mpb.Bar
-			var last metrics.Step
-			var inFlight int
 			logOut := cmd.ErrOrStderr()
+			tr := newTracker(int64(cfg.Run.MaxSteps), time.Now)
+			var disp *display
 			if tty {
-				progress = mpb.New(mpb.WithOutput(out), mpb.WithWidth(40))
-				bar = progress.AddBar(int64(cfg.Run.MaxSteps),
-					mpb.PrependDecorators(decor.Name("step "), decor.CountersNoUnit("%d/%d")),
-					mpb.AppendDecorators(decor.Any(func(decor.Statistics) string {
-						return fmt.Sprintf("reward %.3f  success %.1f%%  compactions/rollout %.2f  in flight %d  gen %.0f tok/s",
-							last.RewardMean, 100*last.SuccessRate, last.CompactionsPerRollout, inFlight, last.GenTokensPerSecond)
-					})))
-				logOut = progress // log lines print above the bar
+				disp = newBars(tr, out)
+				logOut = disp.p // log lines print above the bars
 				lvl = max(lvl, slog.LevelWarn)
+			} else {
+				disp = newPlain(tr, cmd.ErrOrStderr(), progressEvery)
 			}
 			log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: lvl}))
 			fmt.Fprintf(cmd.ErrOrStderr(), "longhaul: config %s, run directory %s\n", name, runDir)
@@ -75,19 +70,27 @@ names the keys that may differ.`,
 			if err != nil {
 				return err
 			}
-			opts := runner.Options{RunDir: runDir, Logger: log, AllowChange: allow, Crash: crash}
-			if tty {
-				opts.Progress = func(p controller.Progress) {
-					last, inFlight = p.Metrics, p.InFlight
-					bar.SetCurrent(p.Step)
+			opts := runner.Options{RunDir: runDir, Logger: log, AllowChange: allow, Crash: crash,
+				Progress: disp.progress, WarmStartProgress: disp.warmStart, Live: tr.setLive}
+			if metricsAddr != "" {
+				obs := promtrain.New(cfg.Run.MaxSteps)
+				bound, stop, err := promtrain.Serve(cmd.Context(), metricsAddr, obs.Handler())
+				if err != nil {
+					return err
 				}
+				defer stop()
+				opts.Observe = obs
+				fmt.Fprintf(cmd.ErrOrStderr(), "longhaul: Prometheus metrics at http://%s/metrics\n", bound)
 			}
 			err = runner.Train(cmd.Context(), cfg, opts)
-			if progress != nil {
-				if err != nil {
-					bar.Abort(false)
-				}
-				progress.Wait()
+			disp.stop(err != nil)
+			reached := tr.step
+			if err != nil && interrupted(cmd.Context()) {
+				// A stop on request is not a failure: the log is closed
+				// (fsynced appends, deferred closes done), so say how to go on.
+				fmt.Fprintf(cmd.ErrOrStderr(), "longhaul: stopped after step %d of %d; resume with:\n  %s\n",
+					reached, cfg.Run.MaxSteps, resumeCommand(cfgPath, runDir, allow, args))
+				return nil
 			}
 			if err != nil {
 				return err
@@ -99,7 +102,9 @@ names the keys that may differ.`,
 	cmd.Flags().StringVar(&runDir, "run-dir", "", "run directory; an existing one is resumed (default: runs/<config>-<time>)")
 	cmd.Flags().StringSliceVar(&allow, "allow-config-change", nil, "config keys that may differ from the run directory's config on resume (e.g. run.max_steps)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	cmd.Flags().BoolVar(&noBar, "no-progress", false, "plain log lines even on a terminal")
+	cmd.Flags().BoolVar(&noBar, "no-progress", false, "plain progress lines (every --progress-every) instead of bars, even on a terminal")
+	cmd.Flags().DurationVar(&progressEvery, "progress-every", 10*time.Second, "interval of the plain progress lines (pipes, --no-progress)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (\":9464\" binds to 127.0.0.1; off when empty)")
 	return cmd
 }
 
@@ -142,6 +147,32 @@ func summarize(w interface{ Write([]byte) (int, error) }, runDir string) error {
 		last.Step, last.ElapsedSeconds, 100*first.SuccessRate, 100*last.SuccessRate, first.RewardMean, last.RewardMean, last.CompactionsPerRollout)
 	fmt.Fprintf(w, "metrics: %s\ncurve:   %s\n", filepath.Join(runDir, runner.MetricsFile), filepath.Join(runDir, runner.CurveFile))
 	return nil
+}
+
+// resumeCommand is the command line that resumes the run in runDir.
+func resumeCommand(cfgPath, runDir string, allow, overrides []string) string {
+	parts := []string{"longhaul", "train"}
+	if cfgPath != "" {
+		parts = append(parts, "--config", shellQuote(cfgPath))
+	}
+	parts = append(parts, "--run-dir", shellQuote(runDir))
+	if len(allow) > 0 {
+		parts = append(parts, "--allow-config-change", shellQuote(strings.Join(allow, ",")))
+	}
+	for _, o := range overrides {
+		parts = append(parts, shellQuote(o))
+	}
+	return strings.Join(parts, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '=' || r == ',' || r == ':' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func isTerminal(f *os.File) bool {

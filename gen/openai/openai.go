@@ -43,6 +43,9 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound how long a down server stays out of
 	// the rotation before it is tried again (defaults 250ms, 30s; doubling).
 	MinBackoff, MaxBackoff time.Duration
+	// OnCall, when set, is told each HTTP call's server, duration and
+	// whether it failed (the Prometheus per-server latency histograms).
+	OnCall func(server string, d time.Duration, err error)
 	// MaxConcurrency bounds the HTTP calls one Generate has in flight
 	// (default 256).
 	MaxConcurrency int
@@ -408,7 +411,11 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 			return nil, &Error{Class: ClassInfra, Err: errors.New("no generation server is up")}
 		}
 		tried[b] = true
+		t0 := time.Now()
 		res, answered, err := c.post(ctx, b, body, r, n)
+		if c.opts.OnCall != nil {
+			c.opts.OnCall(b.url, time.Since(t0), err)
+		}
 		c.release(b, answered)
 		if answered {
 			// An answer proves the server is up: do not wait for a probe.

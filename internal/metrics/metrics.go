@@ -2,15 +2,6 @@
 // learning curve.
 package metrics
 
-import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"io"
-	"os"
-)
-
 // Step is one line of metrics.jsonl. Logical counts (groups, rollouts) and
 // physical counts (rows, tokens) are kept apart on purpose.
 type Step struct {
@@ -46,73 +37,28 @@ type Step struct {
 	StepSeconds           float64 `json:"step_s"`
 	ElapsedSeconds        float64 `json:"elapsed_s"`
 	GenTokensPerSecond    float64 `json:"gen_tokens_per_s"`
-}
 
-// Writer appends steps to a metrics.jsonl file.
-type Writer struct {
-	f *os.File
-}
-
-// Create opens path for appending (a resumed run continues the file).
-func Create(path string) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	return &Writer{f: f}, nil
-}
-
-// Write appends one step as a JSON line.
-func (w *Writer) Write(s Step) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	if _, err := w.f.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	return nil
-}
-
-// Close closes the file.
-func (w *Writer) Close() error { return w.f.Close() }
-
-// Read parses a metrics.jsonl file. When a resumed run wrote a step twice,
-// the later line wins, so the result has one entry per step, in step order.
-func Read(path string) ([]Step, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	defer f.Close()
-	return parse(path, f)
-}
-
-func parse(name string, r io.Reader) ([]Step, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	byStep := map[int64]int{}
-	var out []Step
-	for line := 1; sc.Scan(); line++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		var s Step
-		if err := json.Unmarshal(b, &s); err != nil {
-			return nil, fmt.Errorf("metrics: %s:%d: %w", name, line, err)
-		}
-		if i, ok := byStep[s.Step]; ok {
-			out[i] = s
-			continue
-		}
-		byStep[s.Step] = len(out)
-		out = append(out, s)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("metrics: %s: %w", name, err)
-	}
-	// Steps are appended in order; a resume may rewrite a suffix, which the
-	// map above folds back in place, so out stays ordered.
-	return out, nil
+	// GRPO diagnostics (docs/observability.md). Lengths are per rollout:
+	// prompt = the first call's prompt, completion = tokens the policy
+	// sampled over all calls, rollout = tokens of all its segments.
+	PromptLenMean     float64 `json:"prompt_len_mean"`
+	PromptLenMax      int     `json:"prompt_len_max"`
+	CompletionLenMean float64 `json:"completion_len_mean"`
+	CompletionLenMax  int     `json:"completion_len_max"`
+	RolloutLenMean    float64 `json:"rollout_len_mean"`
+	RolloutLenMax     int     `json:"rollout_len_max"`
+	TokensPerSegment  float64 `json:"tokens_per_segment"`
+	ZeroVarGroupFrac  float64 `json:"zero_var_group_frac"` // groups whose rewards are all equal (no signal)
+	RecoveredGroups   int     `json:"recovered_groups"`    // groups with a member that failed and was retried to a seal
+	RecoveredRollouts int     `json:"recovered_rollouts"`  // rollouts that failed at least once, then sealed
+	Entropy           float64 `json:"entropy"`             // from the trainer (train.Diagnostics)
+	KLSampler         float64 `json:"kl_sampler"`
+	KLRef             float64 `json:"kl_ref"`
+	ClipLowFrac       float64 `json:"clip_low_frac"`
+	ClipHighFrac      float64 `json:"clip_high_frac"`
+	LogprobAbsDiff    float64 `json:"logprob_abs_diff"`
+	RatioP05          float64 `json:"ratio_p05"`
+	RatioP50          float64 `json:"ratio_p50"`
+	RatioP95          float64 `json:"ratio_p95"`
+	RatioMax          float64 `json:"ratio_max"`
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,9 +44,42 @@ func TestWriteReadResumeAndPlot(t *testing.T) {
 	if err := Plot(got, "test", png); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(png)
-	if err != nil || len(b) < 1000 || string(b[1:4]) != "PNG" {
-		t.Fatalf("plot: %d bytes, err %v", len(b), err)
+	checkPNG(t, png)
+	cmp := filepath.Join(dir, "compare.png")
+	if err := Compare([]Run{{"a", got}, {"b", got[:2]}}, cmp); err != nil {
+		t.Fatal(err)
+	}
+	checkPNG(t, cmp)
+}
+
+// checkPNG decodes the image and checks it is the figure's size and not
+// blank: at least one pixel of each series colour family is drawn.
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	b := img.Bounds()
+	if b.Dx() < 1000 || b.Dy() < 800 {
+		t.Fatalf("%s is %dx%d", path, b.Dx(), b.Dy())
+	}
+	colours := map[[3]uint32]bool{}
+	for y := b.Min.Y; y < b.Max.Y; y += 2 {
+		for x := b.Min.X; x < b.Max.X; x += 2 {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			colours[[3]uint32{r >> 8, g >> 8, bl >> 8}] = true
+		}
+	}
+	for _, want := range [][3]uint32{{0x1f, 0x77, 0xb4}, {0xd6, 0x27, 0x28}} {
+		if !colours[want] {
+			t.Errorf("%s: no pixel of colour %x", path, want)
+		}
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/promtrain"
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/internal/tb"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -44,6 +46,19 @@ type Options struct {
 	AllowChange []string
 	Crash       func(point string)
 	Progress    func(controller.Progress)
+	// Metrics, when set, also receives every step's row (the Prometheus
+	// endpoint of `longhaul train --metrics-addr`).
+	Metrics metrics.Sink
+	// Observe, when set, is the Prometheus exporter of the run: it gets
+	// every step's row, live in-flight and queue gauges, server health,
+	// call, log-append and checkpoint latencies.
+	Observe *promtrain.Exporter
+	// Live, when set, is given the running controller's live in-flight
+	// count once the run starts (the progress display polls it).
+	Live func(inFlight func() int64)
+	// WarmStartProgress, when set, is told after every warm-start step how
+	// many of how many are done (the warm start's own progress bar).
+	WarmStartProgress func(done, total int)
 	// Envs replaces the built-in environment registry.
 	Envs *env.Registry
 }
@@ -68,7 +83,11 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	// The config is stored only once the run can start, so a first attempt
 	// that fails on bad input (a missing dataset, say) can be retried with
 	// the fix in the same run directory.
-	rl, err := runlog.Open(ctx, dir, runlog.Options{Logger: log, Hook: opts.Crash})
+	lo := runlog.Options{Logger: log, Hook: opts.Crash}
+	if opts.Observe != nil {
+		lo.OnAppend = opts.Observe.ObserveLogAppend
+	}
+	rl, err := runlog.Open(ctx, dir, lo)
 	if err != nil {
 		return err
 	}
@@ -85,7 +104,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	parts, err := wire(ctx, cfg, dir, reg, log)
+	parts, err := wire(ctx, cfg, dir, reg, log, opts)
 	if err != nil {
 		return err
 	}
@@ -95,16 +114,40 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 	defer mw.Close()
+	if mw.Repaired > 0 {
+		log.Warn("metrics.jsonl tail was torn; cut back to the last whole row", "bytes", mw.Repaired)
+	}
+	tw, err := tb.Open(filepath.Join(dir, TBDir), nil)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, tw.Close()) }()
+	if tw.Repaired > 0 {
+		log.Warn("TensorBoard event file tail was torn; cut back to the last whole record", "bytes", tw.Repaired)
+	}
+	sinks := metrics.Sinks{mw, tbSink{tw}}
+	if opts.Metrics != nil {
+		sinks = append(sinks, opts.Metrics)
+	}
+	if opts.Observe != nil {
+		sinks = append(sinks, opts.Observe)
+	}
 	c, err := controller.New(controller.Options{
 		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: parts.gen, Trainer: parts.tr,
 		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
-		Metrics: mw, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
+		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
 	})
 	if err != nil {
 		return err
 	}
 	if err := storeConfig(cfg, dir); err != nil {
 		return err
+	}
+	if opts.Observe != nil {
+		opts.Observe.Live(func() float64 { return float64(c.InFlight()) }, parts.queues)
+	}
+	if opts.Live != nil {
+		opts.Live(c.InFlight)
 	}
 	if err := c.Run(ctx); err != nil {
 		return err
@@ -231,6 +274,12 @@ func LossConfig(cfg *config.Config) model.LossConfig {
 // (warmstart.*). It is deterministic, so a resume without a checkpoint
 // repeats it exactly.
 func WarmStart(ctx context.Context, cfg *config.Config, reg *env.Registry, m *model.Model, log *slog.Logger) error {
+	return WarmStartProgress(ctx, cfg, reg, m, log, nil)
+}
+
+// WarmStartProgress is WarmStart telling progress (may be nil) after each
+// step.
+func WarmStartProgress(ctx context.Context, cfg *config.Config, reg *env.Registry, m *model.Model, log *slog.Logger, progress func(done, total int)) error {
 	ws := cfg.Warmstart
 	if !ws.Enabled || ws.Steps == 0 {
 		return nil
@@ -256,6 +305,9 @@ func WarmStart(ctx context.Context, cfg *config.Config, reg *env.Registry, m *mo
 		}
 		if last, err = t.Step(ctx, seqs, lc); err != nil {
 			return fmt.Errorf("warmstart step %d: %w", i+1, err)
+		}
+		if progress != nil {
+			progress(i+1, ws.Steps)
 		}
 		if (i+1)%100 == 0 {
 			log.Info("warm start", "step", i+1, "of", ws.Steps, "loss", round3(last.Loss))

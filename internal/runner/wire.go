@@ -18,6 +18,7 @@ import (
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
 	"github.com/longhaul-rl/longhaul/gen/openai"
 	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/promtrain"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/train"
 	tembedded "github.com/longhaul-rl/longhaul/train/embedded"
@@ -33,6 +34,7 @@ type parts struct {
 	warmStart func(ctx context.Context) error
 	describe  func() string // what generation waits on, for the stall watchdog
 	close     func()
+	queues    map[string]func() float64 // queue depths for the Prometheus gauges
 }
 
 // wire builds the generator and trainer the config names. The controller
@@ -43,8 +45,14 @@ type parts struct {
 //	any trainer → openai servers: the trainer exports weights/model.safetensors
 //	  (with the version beside it) and every server reloads it
 //	remote trainer → embedded: export, then load in process
-func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry, log *slog.Logger) (*parts, error) {
-	p := &parts{close: func() {}}
+func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry, log *slog.Logger, opts Options) (*parts, error) {
+	obs := opts.Observe
+	p := &parts{close: func() {}, queues: map[string]func() float64{}}
+	defer func() {
+		if obs != nil && p.tr != nil {
+			p.tr = timedTrainer{p.tr, obs.ObserveCheckpoint}
+		}
+	}()
 	var local *tembedded.Trainer
 	switch cfg.Trainer.Kind {
 	case "embedded":
@@ -56,7 +64,9 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			return nil, fmt.Errorf("runner: %w", err)
 		}
 		p.tr = local
-		p.warmStart = func(ctx context.Context) error { return WarmStart(ctx, cfg, reg, local.Model(), log) }
+		p.warmStart = func(ctx context.Context) error {
+			return WarmStartProgress(ctx, cfg, reg, local.Model(), log, opts.WarmStartProgress)
+		}
 	case "remote":
 		// The trainer process initialises (and warm-starts) its own model
 		// from the same config: `longhaul serve-trainer --config ...`.
@@ -85,7 +95,13 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		}
 		eg := gembedded.New(m, 0)
 		bctx, stop := context.WithCancel(ctx)
-		p.gen = gen.NewBatcher(bctx, eg, 64, 2*time.Millisecond)
+		var inner gen.Generator = eg
+		if obs != nil {
+			inner = timedGen{eg, "embedded", obs.ObserveCall}
+		}
+		b := gen.NewBatcher(bctx, inner, 64, 2*time.Millisecond)
+		p.gen = b
+		p.queues["generate"] = func() float64 { return float64(b.Queued()) }
 		p.close = stop
 		if local != nil {
 			p.publish = func(_ context.Context, v int64) error {
@@ -106,11 +122,24 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			}
 		}
 	case "openai":
-		oc, err := openai.New(ctx, cfg.Generator.URLs, openai.Options{Model: cfg.Generator.Model,
+		oo := openai.Options{Model: cfg.Generator.Model,
 			APIKey: cfg.Generator.APIKey, Logger: log,
-			RequestTimeout: time.Duration(cfg.RolloutFailure.CallTimeoutS * float64(time.Second))})
+			RequestTimeout: time.Duration(cfg.RolloutFailure.CallTimeoutS * float64(time.Second))}
+		if obs != nil {
+			oo.OnCall = obs.ObserveCall
+		}
+		oc, err := openai.New(ctx, cfg.Generator.URLs, oo)
 		if err != nil {
 			return nil, err
+		}
+		if obs != nil {
+			obs.Servers(func() []promtrain.ServerHealth {
+				var out []promtrain.ServerHealth
+				for _, s := range oc.Status() {
+					out = append(out, promtrain.ServerHealth{URL: s.URL, Up: s.Up, InFlight: s.InFlight})
+				}
+				return out
+			})
 		}
 		p.gen, p.close = oc, oc.Close
 		p.describe = func() string { return fmt.Sprintf("servers %+v", oc.Status()) }

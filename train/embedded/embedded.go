@@ -66,7 +66,7 @@ func (t *Trainer) TrainStep(ctx context.Context, b train.Batch) (train.StepStats
 	}
 	t.version++
 	return train.StepStats{Step: t.version, Version: t.version, Loss: st.Loss, GradNorm: st.GradNorm,
-		LR: st.LR, ClipFrac: st.ClipFrac, Tokens: st.Tokens}, nil
+		LR: st.LR, ClipFrac: st.ClipFrac, Tokens: st.Tokens, Diag: diagnostics(st)}, nil
 }
 
 // State implements train.Trainer.
@@ -134,4 +134,11 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 // ExportWeights implements train.Trainer.
 func (t *Trainer) ExportWeights(_ context.Context, path string) error {
 	return t.t.Model().SaveSafetensors(path)
+}
+
+func diagnostics(st model.Stats) train.Diagnostics {
+	d := st.Diag
+	return train.Diagnostics{Entropy: d.Entropy, KLRef: st.KL, KLSampler: d.KLSampler,
+		ClipLowFrac: d.ClipLowFrac, ClipHighFrac: d.ClipHighFrac, LogprobAbsDiff: d.LogprobAbsDiff,
+		RatioP05: d.RatioP05, RatioP50: d.RatioP50, RatioP95: d.RatioP95, RatioMax: d.RatioMax}
 }

@@ -227,15 +227,40 @@ type wireStats struct {
 	LR       jfloat `json:"lr"`
 	ClipFrac jfloat `json:"clip_frac"`
 	Tokens   int    `json:"tokens"`
+	// Diagnostics is optional: a trainer that computes none omits it.
+	Diagnostics *wireDiag `json:"diagnostics,omitempty"`
+}
+
+// wireDiag is train.Diagnostics on the wire (jfloat for the same reason).
+type wireDiag struct {
+	Entropy        jfloat `json:"entropy"`
+	KLRef          jfloat `json:"kl_ref"`
+	KLSampler      jfloat `json:"kl_sampler"`
+	ClipLowFrac    jfloat `json:"clip_low_frac"`
+	ClipHighFrac   jfloat `json:"clip_high_frac"`
+	LogprobAbsDiff jfloat `json:"logprob_abs_diff"`
+	RatioP05       jfloat `json:"ratio_p05"`
+	RatioP50       jfloat `json:"ratio_p50"`
+	RatioP95       jfloat `json:"ratio_p95"`
+	RatioMax       jfloat `json:"ratio_max"`
 }
 
 func toWire(s train.StepStats) wireStats {
-	return wireStats{s.Step, s.Version, jfloat(s.Loss), jfloat(s.GradNorm), jfloat(s.LR), jfloat(s.ClipFrac), s.Tokens}
+	d := s.Diag
+	return wireStats{s.Step, s.Version, jfloat(s.Loss), jfloat(s.GradNorm), jfloat(s.LR), jfloat(s.ClipFrac), s.Tokens,
+		&wireDiag{jfloat(d.Entropy), jfloat(d.KLRef), jfloat(d.KLSampler), jfloat(d.ClipLowFrac), jfloat(d.ClipHighFrac),
+			jfloat(d.LogprobAbsDiff), jfloat(d.RatioP05), jfloat(d.RatioP50), jfloat(d.RatioP95), jfloat(d.RatioMax)}}
 }
 
 func (w wireStats) stats() train.StepStats {
-	return train.StepStats{Step: w.Step, Version: w.Version, Loss: float64(w.Loss), GradNorm: float64(w.GradNorm),
+	st := train.StepStats{Step: w.Step, Version: w.Version, Loss: float64(w.Loss), GradNorm: float64(w.GradNorm),
 		LR: float64(w.LR), ClipFrac: float64(w.ClipFrac), Tokens: w.Tokens}
+	if d := w.Diagnostics; d != nil {
+		st.Diag = train.Diagnostics{Entropy: float64(d.Entropy), KLRef: float64(d.KLRef), KLSampler: float64(d.KLSampler),
+			ClipLowFrac: float64(d.ClipLowFrac), ClipHighFrac: float64(d.ClipHighFrac), LogprobAbsDiff: float64(d.LogprobAbsDiff),
+			RatioP05: float64(d.RatioP05), RatioP50: float64(d.RatioP50), RatioP95: float64(d.RatioP95), RatioMax: float64(d.RatioMax)}
+	}
+	return st
 }
 
 // jfloat is a float64 that writes non-finite values as the strings "NaN",

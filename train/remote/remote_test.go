@@ -44,8 +44,14 @@ func (f *fakeTrainer) TrainStep(ctx context.Context, b train.Batch) (train.StepS
 	f.batches = append(f.batches, b)
 	f.st.Step++
 	f.st.Version = f.st.Step
-	return train.StepStats{Step: f.st.Step, Version: f.st.Version, Loss: math.NaN(), GradNorm: math.Inf(1), LR: 3e-4, ClipFrac: 0.125, Tokens: 7}, nil
+	return train.StepStats{Step: f.st.Step, Version: f.st.Version, Loss: math.NaN(), GradNorm: math.Inf(1), LR: 3e-4, ClipFrac: 0.125, Tokens: 7,
+		Diag: fakeDiag}, nil
 }
+
+// fakeDiag has a distinct value in every field, so a field the wire drops
+// or swaps shows.
+var fakeDiag = train.Diagnostics{Entropy: 1.5, KLRef: 0.01, KLSampler: 0.02, ClipLowFrac: 0.03, ClipHighFrac: 0.04,
+	LogprobAbsDiff: 0.05, RatioP05: 0.9, RatioP50: 1.01, RatioP95: 1.2, RatioMax: math.Inf(1)}
 
 func (f *fakeTrainer) State(context.Context) (train.State, error) {
 	f.mu.Lock()
@@ -106,7 +112,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Step != 1 || st.Version != 1 || !math.IsNaN(st.Loss) || !math.IsInf(st.GradNorm, 1) || st.LR != 3e-4 || st.ClipFrac != 0.125 || st.Tokens != 7 {
+	if st.Step != 1 || st.Version != 1 || !math.IsNaN(st.Loss) || !math.IsInf(st.GradNorm, 1) || st.LR != 3e-4 || st.ClipFrac != 0.125 || st.Tokens != 7 || st.Diag != fakeDiag {
 		t.Fatalf("stats %+v", st)
 	}
 	if err := bitsEqual(b, f.batches[0]); err != nil {

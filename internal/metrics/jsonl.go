@@ -1,0 +1,170 @@
+package metrics
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Writer appends steps to a metrics.jsonl file, one row per step.
+//
+// The file is a cache of what the run log and the trainer said, so it
+// follows them across crashes: a torn last line (a process killed
+// mid-write) is cut off when the file is opened, and a step written again
+// after a resume rewound training replaces its old row and every later one,
+// so the file never holds a step twice.
+type Writer struct {
+	f    *os.File
+	rows []rowPos // the rows in the file, in order
+	end  int64
+	// Repaired says what Create cut from a torn tail (0: nothing).
+	Repaired int64
+}
+
+type rowPos struct {
+	step int64
+	off  int64
+}
+
+// Create opens path for writing rows, creating it or continuing it (a
+// resumed run). A torn or unparsable last line is truncated; an unparsable
+// line before the last is an error naming its line.
+func Create(path string) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	w := &Writer{f: f}
+	if err := w.scan(path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Writer) scan(path string) error {
+	b, err := io.ReadAll(w.f)
+	if err != nil {
+		return fmt.Errorf("metrics: %s: %w", path, err)
+	}
+	var off int64
+	for line := 1; len(b) > 0; line++ {
+		i := bytes.IndexByte(b, '\n')
+		whole := i >= 0
+		if !whole {
+			i = len(b)
+		}
+		text := bytes.TrimSpace(b[:i])
+		var s Step
+		bad := len(text) > 0 && json.Unmarshal(text, &s) != nil
+		if !whole || bad {
+			// Only the last line may be torn: what follows a bad line in
+			// the middle is not a tail, and cutting it would lose rows.
+			if whole && len(bytes.TrimSpace(b[i+1:])) > 0 {
+				return fmt.Errorf("metrics: %s:%d: not a JSON row", path, line)
+			}
+			w.Repaired = int64(len(b))
+			break
+		}
+		if len(text) > 0 {
+			w.rows = append(w.rows, rowPos{s.Step, off})
+		}
+		off += int64(i + 1)
+		b = b[i+1:]
+	}
+	w.end = off
+	if w.Repaired > 0 {
+		if err := w.f.Truncate(off); err != nil {
+			return fmt.Errorf("metrics: %s: cutting a torn tail: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// Write appends one step as a JSON line, first cutting the rows of this
+// step and later ones (a rewound step replaces its old row), and fsyncs,
+// so a checkpoint taken after it never covers a step whose row is lost.
+func (w *Writer) Write(s Step) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	cut := len(w.rows)
+	for cut > 0 && w.rows[cut-1].step >= s.Step {
+		cut--
+	}
+	if cut < len(w.rows) {
+		w.end = w.rows[cut].off
+		w.rows = w.rows[:cut]
+		if err := w.f.Truncate(w.end); err != nil {
+			return fmt.Errorf("metrics: rewinding to step %d: %w", s.Step, err)
+		}
+	}
+	b = append(b, '\n')
+	if _, err := w.f.WriteAt(b, w.end); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	w.rows = append(w.rows, rowPos{s.Step, w.end})
+	w.end += int64(len(b))
+	return nil
+}
+
+// Close closes the file.
+func (w *Writer) Close() error { return w.f.Close() }
+
+// Read parses a metrics.jsonl file into one entry per step, in step order.
+// Files written before rows were replaced in place may hold a step twice;
+// the later line wins. A torn last line (a run killed mid-write, not yet
+// resumed) is skipped.
+func Read(path string) ([]Step, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	defer f.Close()
+	return parse(path, f)
+}
+
+func parse(name string, r io.Reader) ([]Step, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	byStep := map[int64]int{}
+	var out []Step
+	for line := 1; ; line++ {
+		b, err := br.ReadBytes('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("metrics: %s: %w", name, err)
+		}
+		torn := errors.Is(err, io.EOF)
+		if t := bytes.TrimSpace(b); len(t) > 0 {
+			var s Step
+			if jerr := json.Unmarshal(t, &s); jerr != nil {
+				if torn {
+					break
+				}
+				return nil, fmt.Errorf("metrics: %s:%d: %w", name, line, jerr)
+			}
+			if i, ok := byStep[s.Step]; ok {
+				out = append(out[:i], s) // a rewind: this step and later ones again
+				for k, v := range byStep {
+					if v > i {
+						delete(byStep, k)
+					}
+				}
+			} else {
+				byStep[s.Step] = len(out)
+				out = append(out, s)
+			}
+		}
+		if torn {
+			break
+		}
+	}
+	return out, nil
+}
