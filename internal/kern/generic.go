@@ -2,6 +2,12 @@
 
 package kern
 
+import "os"
+
+// Only the portable path exists in this build; PathEnv may name it and
+// nothing else (checked at start-up).
+var _ = mustPath(isaRef, os.Getenv(PathEnv))
+
 func matMul(c, a, b []float32, m, k, n int, acc bool)   { RefMatMul(c, a, b, m, k, n, acc) }
 func matMulNT(c, a, b []float32, m, k, n int, acc bool) { RefMatMulNT(c, a, b, m, k, n, acc) }
 func matMulTN(c, a, b []float32, m, k, n int, acc bool) { RefMatMulTN(c, a, b, m, k, n, acc) }

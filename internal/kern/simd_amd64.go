@@ -5,19 +5,14 @@ package kern
 //go:generate sh -c "python3 gen_kernels.py > kernels_amd64.go && gofmt -w kernels_amd64.go"
 
 import (
+	"os"
 	"simd/archsimd"
 	"sync"
 	"unsafe"
 )
 
-// Instruction-set paths. The CPU flags are read once and never written.
-const (
-	isaRef    = iota // portable reference (no FMA)
-	isaAVX2          // AVX2 + FMA, ymm micro-kernels
-	isaAVX512        // AVX-512 F/CD/BW/DQ/VL, zmm micro-kernels
-)
-
-var bestISA = func() int {
+// cpuISA is the best path this CPU runs.
+var cpuISA = func() int {
 	switch {
 	case archsimd.X86.AVX512():
 		return isaAVX512
@@ -27,18 +22,14 @@ var bestISA = func() int {
 	return isaRef
 }()
 
+// bestISA is the path every kernel call takes: the CPU's best, or the lower
+// one PathEnv names (so an AVX2-only machine's kernels can be run, and
+// compared bit for bit, on an AVX-512 one). Fixed at start-up, read-only.
+var bestISA = mustPath(cpuISA, os.Getenv(PathEnv))
+
 // SIMDPath names the kernel path in use: "avx512", "avx2" or "portable".
 func SIMDPath() string { return isaName(bestISA) }
 
-func isaName(isa int) string {
-	switch isa {
-	case isaAVX512:
-		return "avx512"
-	case isaAVX2:
-		return "avx2"
-	}
-	return "portable"
-}
 
 const (
 	kcBlk    = 256 // reduction block: partial sums go through C between blocks

@@ -12,10 +12,10 @@ import (
 // availableISAs lists the SIMD paths this CPU can run.
 func availableISAs() []int {
 	var s []int
-	if bestISA >= isaAVX2 {
+	if cpuISA >= isaAVX2 {
 		s = append(s, isaAVX2)
 	}
-	if bestISA >= isaAVX512 {
+	if cpuISA >= isaAVX512 {
 		s = append(s, isaAVX512)
 	}
 	return s
