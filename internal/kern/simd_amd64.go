@@ -30,7 +30,6 @@ var bestISA = mustPath(cpuISA, os.Getenv(PathEnv))
 // SIMDPath names the kernel path in use: "avx512", "avx2" or "portable".
 func SIMDPath() string { return isaName(bestISA) }
 
-
 const (
 	kcBlk    = 256 // reduction block: partial sums go through C between blocks
 	panelW   = 64  // widest B panel (AVX-512 2×64 GEMV-like kernel)
