@@ -201,7 +201,6 @@ func gemm256simd(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace b
 	}
 }
 
-
 // TestAsmMatchesArchsimd: the assembly AVX2 driver (6×16 tiles, memory
 // broadcasts, 8×8 transposes, row-axpy GEMV) gives the bits of the archsimd
 // AVX2 driver it replaced, on every layout, with and without acc, with B
