@@ -24,3 +24,6 @@ func softmax(x []float32)                          { refSoftmax(x) }
 
 // SIMDPath names the kernel path in use: "portable" in this build.
 func SIMDPath() string { return "portable" }
+
+// FMAPeakLoop does nothing on the portable path and returns 0 FLOPs.
+func FMAPeakLoop(iters int) float64 { return 0 }

@@ -155,10 +155,25 @@ func BenchmarkAVX2Path(b *testing.B) {
 		b.Skip("no AVX2+FMA")
 	}
 	for kind, name := range []string{"NN", "NT", "TN"} {
-		for _, s := range [][3]int{{256, 128, 512}, {16, 128, 512}, {1, 128, 512}} {
+		for _, s := range [][3]int{{256, 128, 512}, {512, 128, 704}, {16, 128, 512}, {1, 128, 512}, {1, 1024, 4096}} {
 			m, k, n := s[0], s[1], s[2]
 			b.Run(fmt.Sprintf("%s/%dx%dx%d", name, m, k, n), func(b *testing.B) {
 				benchMM(b, func(c, a, bb []float32) { mmISA(isaAVX2, kind, c, a, bb, m, k, n, false, 0, m) }, m, k, n)
+			})
+			// The archsimd driver the assembly replaced, as the baseline.
+			b.Run(fmt.Sprintf("%s/%dx%dx%d/archsimd", name, m, k, n), func(b *testing.B) {
+				A, B := operand{nil, k, 1}, operand{nil, n, 1}
+				switch kind {
+				case kindNT:
+					B = operand{nil, 1, k}
+				case kindTN:
+					A = operand{nil, 1, m}
+				}
+				buf := new(panel)
+				benchMM(b, func(c, a, bb []float32) {
+					A.s, B.s = a, bb
+					gemm256simd(c, n, A, B, m, k, n, false, m < packMinM, buf)
+				}, m, k, n)
 			})
 		}
 	}
@@ -271,4 +286,13 @@ func BenchmarkAVX2Tiles(b *testing.B) {
 		}
 		flops(b, 6, 8)
 	})
+}
+
+// BenchmarkFMAPeak: the FMA throughput of one core on the path in use.
+func BenchmarkFMAPeak(b *testing.B) {
+	var f float64
+	for i := 0; i < b.N; i++ {
+		f += FMAPeakLoop(1000)
+	}
+	b.ReportMetric(f/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
