@@ -4,6 +4,7 @@ package kern
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -295,4 +296,35 @@ func BenchmarkFMAPeak(b *testing.B) {
 		f += FMAPeakLoop(1000)
 	}
 	b.ReportMetric(f/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// TestPackT8: the 8×8-transpose NT pack equals a scalar gather, with zero
+// padding past w, on full and partial blocks.
+func TestPackT8(t *testing.T) {
+	if cpuISA < isaAVX2 {
+		t.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, s := range [][4]int{{16, 16, 16, 0}, {20, 13, 16, 3}, {9, 40, 8, 1}, {30, 257, 16, 8}} {
+		n, k, W, jb := s[0], s[1], s[2], s[3]
+		b := randVec(r, n*k)
+		B := operand{b, 1, k}
+		for kb := 0; kb < k; kb += kcBlk {
+			kc := min(kcBlk, k-kb)
+			w := min(W, n-jb)
+			buf := new(panel)
+			packT8(B, kb, kc, jb, w, W, buf)
+			for p := 0; p < kc; p++ {
+				for j := 0; j < W; j++ {
+					var want float32
+					if j < w {
+						want = b[(jb+j)*k+kb+p]
+					}
+					if got := buf[p*W+j]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("n=%d k=%d W=%d jb=%d: panel(%d,%d) = %v, want %v", n, k, W, jb, kb+p, j, got, want)
+					}
+				}
+			}
+		}
+	}
 }
