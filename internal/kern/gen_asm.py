@@ -85,8 +85,9 @@ for vecs in (2, 1):
 
 # asmAxpyRows: the m = 1 product as a sequence of axpys over whole rows of B:
 # for p < kc: c[j] = fma(a[p·ap], B(p, j), c[j]) for j < n8 (a multiple of 8).
-# C stays in L1 and B is read front to back in rows of n floats, the longest
-# contiguous runs there are (decode streams weights from memory). Each c[j] is
+# C stays in L1 and B is read front to back in rows of n floats, four rows at
+# a time, the longest contiguous runs there are (decode streams weights from
+# memory). Each c[j] is
 # the same FMA chain over p as in the tiled kernels (C holds it between p).
 G.append("// asmAxpyRows: for p < kc, c[0:n8] = fma(A(p), B(p, 0:n8), c[0:n8]) with A(p) at a + p·ap,")
 G.append("// B(p,·) at b + p·bs bytes; n8 is a positive multiple of 8, kc ≥ 1.")
@@ -102,23 +103,58 @@ A("\tMOVQ bs+32(FP), R10")
 A("\tMOVQ c+40(FP), DI")
 A("\tMOVQ n8+48(FP), R11")
 A("\tSHLQ $2, R11")       # bytes per row used
-A("prow:")
-A("\tVBROADCASTSS (SI), Y15")
+A("\tLEAQ (R9)(R9*2), R8")  # 3·ap
+# Four rows of B per pass: each c chunk is loaded once, takes the FMAs of
+# rows p, p+1, p+2, p+3 in that order (the same chain), and is stored once.
+A("\tCMPQ CX, $4")
+A("\tJLT rows1")
+A("rows4:")
+A("\tVBROADCASTSS (SI), Y12")
+A("\tVBROADCASTSS (SI)(R9*1), Y13")
+A("\tVBROADCASTSS (SI)(R9*2), Y14")
+A("\tVBROADCASTSS (SI)(R8*1), Y15")
+A("\tLEAQ (DX)(R10*1), R12")
+A("\tLEAQ (DX)(R10*2), R13")
+A("\tLEAQ (R12)(R10*2), R14")
 A("\tXORQ AX, AX")
 A("\tMOVQ R11, BX")
 A("\tCMPQ BX, $128")
-A("\tJLT tail")
-A("blk:")           # 32 floats per iteration: 4 independent chains of loads
+A("\tJLT tail4")
+A("blk4:")
 for v in range(4):
     A(f"\tVMOVUPS {v*32}(DI)(AX*1), Y{v}")
-for v in range(4):
-    A(f"\tVFMADD231PS {v*32}(DX)(AX*1), Y15, Y{v}")
+for rb, yb in (("DX", 12), ("R12", 13), ("R13", 14), ("R14", 15)):
+    for v in range(4):
+        A(f"\tVFMADD231PS {v*32}({rb})(AX*1), Y{yb}, Y{v}")
 for v in range(4):
     A(f"\tVMOVUPS Y{v}, {v*32}(DI)(AX*1)")
 A("\tADDQ $128, AX")
 A("\tSUBQ $128, BX")
 A("\tCMPQ BX, $128")
-A("\tJGE blk")
+A("\tJGE blk4")
+A("tail4:")
+A("\tTESTQ BX, BX")
+A("\tJEQ next4")
+A("\tVMOVUPS (DI)(AX*1), Y0")
+for rb, yb in (("DX", 12), ("R12", 13), ("R13", 14), ("R14", 15)):
+    A(f"\tVFMADD231PS ({rb})(AX*1), Y{yb}, Y0")
+A("\tVMOVUPS Y0, (DI)(AX*1)")
+A("\tADDQ $32, AX")
+A("\tSUBQ $32, BX")
+A("\tJMP tail4")
+A("next4:")
+A("\tLEAQ (SI)(R9*4), SI")
+A("\tLEAQ (DX)(R10*4), DX")
+A("\tSUBQ $4, CX")
+A("\tCMPQ CX, $4")
+A("\tJGE rows4")
+A("rows1:")
+A("\tTESTQ CX, CX")
+A("\tJEQ done")
+A("prow:")
+A("\tVBROADCASTSS (SI), Y15")
+A("\tXORQ AX, AX")
+A("\tMOVQ R11, BX")
 A("tail:")
 A("\tTESTQ BX, BX")
 A("\tJEQ next")
@@ -133,6 +169,7 @@ A("\tADDQ R9, SI")
 A("\tADDQ R10, DX")
 A("\tDECQ CX")
 A("\tJNZ prow")
+A("done:")
 A("\tVZEROUPPER")
 A("\tRET\n")
 

@@ -150,7 +150,18 @@ func bPanel(isa int, B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) 
 		return unsafe.Pointer(&B.s[kb*B.rs+jb]), uintptr(B.rs) * 4
 	}
 	dst := buf[:kc*W]
-	if B.cs == 1 {
+	if B.cs == 1 && w == W && W%8 == 0 {
+		// Full-width panel rows: vector copies (copy's memmove call costs
+		// more than moving 16-64 floats).
+		src := B.s[kb*B.rs+jb:]
+		_ = src[(kc-1)*B.rs+W-1]
+		for pp := 0; pp < kc; pp++ {
+			srow, drow := src[pp*B.rs:pp*B.rs+W], dst[pp*W:pp*W+W]
+			for j := 0; j < W; j += 8 {
+				archsimd.LoadFloat32x8Slice(srow[j:]).StoreSlice(drow[j:])
+			}
+		}
+	} else if B.cs == 1 {
 		for pp := 0; pp < kc; pp++ {
 			d := dst[pp*W : pp*W+W]
 			copy(d, B.s[(kb+pp)*B.rs+jb:][:w])

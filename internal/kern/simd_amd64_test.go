@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"simd/archsimd"
 	"slices"
 	"testing"
 	"unsafe"
@@ -326,5 +327,54 @@ func TestPackT8(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkGEMVBandwidth: decode's m = 1 product against weights bigger
+// than L2, in bytes of B read per second, next to a plain vector read of
+// the same bytes (the bandwidth ceiling at that size) and the archsimd AVX2
+// driver the row-axpy GEMV replaced.
+func BenchmarkGEMVBandwidth(b *testing.B) {
+	if cpuISA < isaAVX2 {
+		b.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, s := range [][2]int{{1024, 4096}, {4096, 4096}} {
+		k, n := s[0], s[1]
+		a, bb, c := randVec(r, k), randVec(r, k*n), make([]float32, n)
+		bytes := float64(4 * k * n)
+		gbs := func(b *testing.B) {
+			b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		}
+		b.Run(fmt.Sprintf("%dx%d/read", k, n), func(b *testing.B) {
+			var sink archsimd.Float32x8
+			for i := 0; i < b.N; i++ {
+				var s0, s1, s2, s3 archsimd.Float32x8
+				for j := 0; j+32 <= len(bb); j += 32 {
+					s0 = s0.Add(archsimd.LoadFloat32x8Slice(bb[j:]))
+					s1 = s1.Add(archsimd.LoadFloat32x8Slice(bb[j+8:]))
+					s2 = s2.Add(archsimd.LoadFloat32x8Slice(bb[j+16:]))
+					s3 = s3.Add(archsimd.LoadFloat32x8Slice(bb[j+24:]))
+				}
+				sink = sink.Add(s0.Add(s1).Add(s2.Add(s3)))
+			}
+			gbs(b)
+			_ = sink
+		})
+		for _, isa := range availableISAs() {
+			b.Run(fmt.Sprintf("%dx%d/gemv-%s", k, n, isaName(isa)), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					mmISA(isa, kindNN, c, a, bb, 1, k, n, false, 0, 1)
+				}
+				gbs(b)
+			})
+		}
+		b.Run(fmt.Sprintf("%dx%d/gemv-archsimd-avx2", k, n), func(b *testing.B) {
+			buf := new(panel)
+			for i := 0; i < b.N; i++ {
+				gemm256simd(c, n, operand{a, k, 1}, operand{bb, n, 1}, 1, k, n, false, true, buf)
+			}
+			gbs(b)
+		})
 	}
 }
