@@ -9,14 +9,6 @@ import "unsafe"
 // accumulators, 2 for B, 1 broadcast: 15 of the 16 registers), chosen by
 // BenchmarkAVX2Tiles; A is read in place with memory-operand broadcasts.
 
-type asmKernel func(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintptr, c unsafe.Pointer, ldc uintptr, load bool)
-
-// Kernels by [rows]: 16- and 8-column tiles. Read-only tables.
-var (
-	asmY16 = [7]asmKernel{nil, asmY1x16, asmY2x16, asmY3x16, asmY4x16, asmY5x16, asmY6x16}
-	asmY8  = [7]asmKernel{nil, asmY1x8, asmY2x8, asmY3x8, asmY4x8, asmY5x8, asmY6x8}
-)
-
 const asmRows = 6
 
 // gemm256 is the AVX2+FMA driver: K-blocks of kcBlk, column panels of 16
@@ -44,17 +36,13 @@ func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool,
 			}
 			w := min(W, n-jb)
 			bp, bs := bPanel(isaAVX2, B, kb, kc, jb, w, W, inPlace, buf)
-			tab := &asmY16
-			if W == 8 {
-				tab = &asmY8
-			}
 			for i := 0; i < m; i += asmRows {
 				r := min(asmRows, m-i)
 				ai := unsafe.Add(a0, uintptr(i)*ar)
 				ci := c[i*ldc+jb:]
 				_ = ci[(r-1)*ldc+w-1] // the tile lies inside c
 				if w == W {
-					tab[r](kc, ai, ar, ap, bp, bs, unsafe.Pointer(&ci[0]), ldcb, load)
+					asmTile(W, r, kc, ai, ar, ap, bp, bs, unsafe.Pointer(&ci[0]), ldcb, load)
 					continue
 				}
 				// Partial-width tile: through a local W-wide copy, so the
@@ -65,7 +53,7 @@ func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool,
 						copy(t[rr*W:rr*W+w], ci[rr*ldc:])
 					}
 				}
-				tab[r](kc, ai, ar, ap, bp, bs, unsafe.Pointer(&t[0]), uintptr(W)*4, load)
+				asmTile(W, r, kc, ai, ar, ap, bp, bs, unsafe.Pointer(&t[0]), uintptr(W)*4, load)
 				for rr := 0; rr < r; rr++ {
 					copy(ci[rr*ldc:rr*ldc+w], t[rr*W:])
 				}
@@ -121,5 +109,43 @@ func packT8(B operand, kb, kc, jb, w, W int, buf *panel) {
 			_ = d[7*W+7]
 			asmT8x8(unsafe.Pointer(&t[0]), 32, unsafe.Pointer(&d[0]), uintptr(W)*4)
 		}
+	}
+}
+
+// asmTile calls the W-column (16 or 8), r-row (1..6) kernel. Direct calls,
+// not a table of func values: through an indirect call the compiler cannot
+// see the kernels' //go:noescape, and every local tile would escape to the
+// heap.
+func asmTile(W, r, kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintptr, c unsafe.Pointer, ldc uintptr, load bool) {
+	if W == 16 {
+		switch r {
+		case 6:
+			asmY6x16(kc, a, ar, ap, b, bs, c, ldc, load)
+		case 5:
+			asmY5x16(kc, a, ar, ap, b, bs, c, ldc, load)
+		case 4:
+			asmY4x16(kc, a, ar, ap, b, bs, c, ldc, load)
+		case 3:
+			asmY3x16(kc, a, ar, ap, b, bs, c, ldc, load)
+		case 2:
+			asmY2x16(kc, a, ar, ap, b, bs, c, ldc, load)
+		default:
+			asmY1x16(kc, a, ar, ap, b, bs, c, ldc, load)
+		}
+		return
+	}
+	switch r {
+	case 6:
+		asmY6x8(kc, a, ar, ap, b, bs, c, ldc, load)
+	case 5:
+		asmY5x8(kc, a, ar, ap, b, bs, c, ldc, load)
+	case 4:
+		asmY4x8(kc, a, ar, ap, b, bs, c, ldc, load)
+	case 3:
+		asmY3x8(kc, a, ar, ap, b, bs, c, ldc, load)
+	case 2:
+		asmY2x8(kc, a, ar, ap, b, bs, c, ldc, load)
+	default:
+		asmY1x8(kc, a, ar, ap, b, bs, c, ldc, load)
 	}
 }

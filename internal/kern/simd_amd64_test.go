@@ -277,14 +277,14 @@ func BenchmarkAVX2Tiles(b *testing.B) {
 	for _, rows := range []int{6, 4} {
 		b.Run(fmt.Sprintf("asm/y%dx16", rows), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				asmY16[rows](kc, unsafe.Pointer(&a[0]), kc*4, 4, unsafe.Pointer(&pan[0]), 64, unsafe.Pointer(&c[0]), 256, true)
+				asmTile(16, rows, kc, unsafe.Pointer(&a[0]), kc*4, 4, unsafe.Pointer(&pan[0]), 64, unsafe.Pointer(&c[0]), 256, true)
 			}
 			flops(b, rows, 16)
 		})
 	}
 	b.Run("asm/y6x8", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			asmY8[6](kc, unsafe.Pointer(&a[0]), kc*4, 4, unsafe.Pointer(&pan[0]), 64, unsafe.Pointer(&c[0]), 256, true)
+			asmTile(8, 6, kc, unsafe.Pointer(&a[0]), kc*4, 4, unsafe.Pointer(&pan[0]), 64, unsafe.Pointer(&c[0]), 256, true)
 		}
 		flops(b, 6, 8)
 	})
