@@ -13,6 +13,7 @@ import (
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "benchmarks and end-to-end proofs"}
 	cmd.AddCommand(newBenchCrashCmd())
+	cmd.AddCommand(newBenchKernelsCmd())
 	return cmd
 }
 

@@ -2,6 +2,12 @@
 
 package kern
 
+import "os"
+
+// Only the portable path exists in this build; PathEnv may name it and
+// nothing else (checked at start-up).
+var _ = mustPath(isaRef, os.Getenv(PathEnv))
+
 func matMul(c, a, b []float32, m, k, n int, acc bool)   { RefMatMul(c, a, b, m, k, n, acc) }
 func matMulNT(c, a, b []float32, m, k, n int, acc bool) { RefMatMulNT(c, a, b, m, k, n, acc) }
 func matMulTN(c, a, b []float32, m, k, n int, acc bool) { RefMatMulTN(c, a, b, m, k, n, acc) }
@@ -18,3 +24,6 @@ func softmax(x []float32)                          { refSoftmax(x) }
 
 // SIMDPath names the kernel path in use: "portable" in this build.
 func SIMDPath() string { return "portable" }
+
+// FMAPeakLoop does nothing on the portable path and returns 0 FLOPs.
+func FMAPeakLoop(iters int) float64 { return 0 }

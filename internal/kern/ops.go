@@ -262,3 +262,54 @@ func refScale(x []float32, alpha float32) {
 		x[i] *= alpha
 	}
 }
+
+// PathEnv is the environment variable that selects a kernel path below the
+// CPU's best: "avx2" (AVX2+FMA ymm kernels), "avx512" or "portable" (the
+// reference loops). Empty means the CPU's best. It is read once at start-up.
+const PathEnv = "LONGHAUL_KERN_PATH"
+
+// Instruction-set paths, in increasing order of what the CPU must have.
+const (
+	isaRef    = iota // portable reference (no FMA)
+	isaAVX2          // AVX2 + FMA, ymm micro-kernels
+	isaAVX512        // AVX-512 F/CD/BW/DQ/VL, zmm micro-kernels
+)
+
+func isaName(isa int) string {
+	switch isa {
+	case isaAVX512:
+		return "avx512"
+	case isaAVX2:
+		return "avx2"
+	}
+	return "portable"
+}
+
+// parsePath resolves a PathEnv value against the best path the CPU (and
+// build) has. A path the CPU lacks is an error, not a silent fallback: a
+// run that asked for AVX-512 bits must not quietly get another path.
+func parsePath(have int, v string) (int, error) {
+	if v == "" {
+		return have, nil
+	}
+	for isa := isaRef; isa <= isaAVX512; isa++ {
+		if v != isaName(isa) {
+			continue
+		}
+		if isa > have {
+			return 0, fmt.Errorf("kern: %s=%q: this CPU/build only runs up to %q", PathEnv, v, isaName(have))
+		}
+		return isa, nil
+	}
+	return 0, fmt.Errorf("kern: %s=%q: want one of avx512, avx2, portable (or unset)", PathEnv, v)
+}
+
+// mustPath is parsePath for package initialisation, where an error can
+// only be a panic (with a message naming the variable and its value).
+func mustPath(have int, v string) int {
+	isa, err := parsePath(have, v)
+	if err != nil {
+		panic(err)
+	}
+	return isa
+}

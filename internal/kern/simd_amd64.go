@@ -5,19 +5,14 @@ package kern
 //go:generate sh -c "python3 gen_kernels.py > kernels_amd64.go && gofmt -w kernels_amd64.go"
 
 import (
+	"os"
 	"simd/archsimd"
 	"sync"
 	"unsafe"
 )
 
-// Instruction-set paths. The CPU flags are read once and never written.
-const (
-	isaRef    = iota // portable reference (no FMA)
-	isaAVX2          // AVX2 + FMA, ymm micro-kernels
-	isaAVX512        // AVX-512 F/CD/BW/DQ/VL, zmm micro-kernels
-)
-
-var bestISA = func() int {
+// cpuISA is the best path this CPU runs.
+var cpuISA = func() int {
 	switch {
 	case archsimd.X86.AVX512():
 		return isaAVX512
@@ -27,18 +22,13 @@ var bestISA = func() int {
 	return isaRef
 }()
 
+// bestISA is the path every kernel call takes: the CPU's best, or the lower
+// one PathEnv names (so an AVX2-only machine's kernels can be run, and
+// compared bit for bit, on an AVX-512 one). Fixed at start-up, read-only.
+var bestISA = mustPath(cpuISA, os.Getenv(PathEnv))
+
 // SIMDPath names the kernel path in use: "avx512", "avx2" or "portable".
 func SIMDPath() string { return isaName(bestISA) }
-
-func isaName(isa int) string {
-	switch isa {
-	case isaAVX512:
-		return "avx512"
-	case isaAVX2:
-		return "avx2"
-	}
-	return "portable"
-}
 
 const (
 	kcBlk    = 256 // reduction block: partial sums go through C between blocks
@@ -153,19 +143,33 @@ func mmISA(isa, kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) 
 
 // bPanel returns B(kb.., jb..) as a base pointer and a byte stride between
 // consecutive p, either in place (contiguous columns, full width, few rows)
-// or packed zero-padded into buf with row stride W.
-func bPanel(B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) (unsafe.Pointer, uintptr) {
+// or packed zero-padded into buf with row stride W. B in NT layout is
+// transposed with the isa's register transpose.
+func bPanel(isa int, B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) (unsafe.Pointer, uintptr) {
 	if inPlace && B.cs == 1 && w == W {
 		return unsafe.Pointer(&B.s[kb*B.rs+jb]), uintptr(B.rs) * 4
 	}
 	dst := buf[:kc*W]
-	if B.cs == 1 {
+	if B.cs == 1 && w == W && W%8 == 0 {
+		// Full-width panel rows: vector copies (copy's memmove call costs
+		// more than moving 16-64 floats).
+		src := B.s[kb*B.rs+jb:]
+		_ = src[(kc-1)*B.rs+W-1]
+		for pp := 0; pp < kc; pp++ {
+			srow, drow := src[pp*B.rs:pp*B.rs+W], dst[pp*W:pp*W+W]
+			for j := 0; j < W; j += 8 {
+				archsimd.LoadFloat32x8Slice(srow[j:]).StoreSlice(drow[j:])
+			}
+		}
+	} else if B.cs == 1 {
 		for pp := 0; pp < kc; pp++ {
 			d := dst[pp*W : pp*W+W]
 			copy(d, B.s[(kb+pp)*B.rs+jb:][:w])
 			clear(d[w:])
 		}
-	} else if bestISA == isaAVX512 && W%16 == 0 {
+	} else if isa == isaAVX2 && W%8 == 0 {
+		packT8(B, kb, kc, jb, w, W, buf)
+	} else if isa == isaAVX512 && W%16 == 0 {
 		// B(p, j) = B.s[j*B.cs + p]: transpose 16×16 blocks in registers.
 		for jj0 := 0; jj0 < W; jj0 += 16 {
 			nr := w - jj0
@@ -244,7 +248,7 @@ func gemm512(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool,
 				W = 64
 			}
 			w := min(W, rem)
-			bp, bs := bPanel(B, kb, kc, jb, w, W, inPlace, buf)
+			bp, bs := bPanel(isaAVX512, B, kb, kc, jb, w, W, inPlace, buf)
 			i := 0
 			switch W {
 			case 128:
@@ -277,41 +281,6 @@ func gemm512(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool,
 				}
 				if i < m {
 					z1x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
-				}
-			}
-			jb += W
-		}
-	}
-}
-
-// gemm256 is the AVX2+FMA driver: column panels of 16/8, row tiles of 4.
-func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel) {
-	ar, ap := uintptr(A.rs)*4, uintptr(A.cs)*4
-	for kb := 0; kb < k; kb += kcBlk {
-		kc := min(kcBlk, k-kb)
-		load := acc || kb > 0
-		a0 := unsafe.Pointer(&A.s[kb*A.cs])
-		for jb := 0; jb < n; {
-			W := 16
-			if n-jb <= 8 {
-				W = 8
-			}
-			w := min(W, n-jb)
-			bp, bs := bPanel(B, kb, kc, jb, w, W, inPlace, buf)
-			i := 0
-			if W == 16 {
-				for ; i+4 <= m; i += 4 {
-					y4x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
-				}
-				for ; i < m; i++ {
-					y1x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
-				}
-			} else {
-				for ; i+4 <= m; i += 4 {
-					y4x8(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
-				}
-				for ; i < m; i++ {
-					y1x8(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
 				}
 			}
 			jb += W

@@ -4,7 +4,10 @@ package kern
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"simd/archsimd"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -12,10 +15,10 @@ import (
 // availableISAs lists the SIMD paths this CPU can run.
 func availableISAs() []int {
 	var s []int
-	if bestISA >= isaAVX2 {
+	if cpuISA >= isaAVX2 {
 		s = append(s, isaAVX2)
 	}
-	if bestISA >= isaAVX512 {
+	if cpuISA >= isaAVX512 {
 		s = append(s, isaAVX512)
 	}
 	return s
@@ -154,11 +157,224 @@ func BenchmarkAVX2Path(b *testing.B) {
 		b.Skip("no AVX2+FMA")
 	}
 	for kind, name := range []string{"NN", "NT", "TN"} {
-		for _, s := range [][3]int{{256, 128, 512}, {16, 128, 512}, {1, 128, 512}} {
+		for _, s := range [][3]int{{256, 128, 512}, {512, 128, 704}, {16, 128, 512}, {1, 128, 512}, {1, 1024, 4096}} {
 			m, k, n := s[0], s[1], s[2]
 			b.Run(fmt.Sprintf("%s/%dx%dx%d", name, m, k, n), func(b *testing.B) {
 				benchMM(b, func(c, a, bb []float32) { mmISA(isaAVX2, kind, c, a, bb, m, k, n, false, 0, m) }, m, k, n)
 			})
+			// The archsimd driver the assembly replaced, as the baseline.
+			b.Run(fmt.Sprintf("%s/%dx%dx%d/archsimd", name, m, k, n), func(b *testing.B) {
+				A, B := operand{nil, k, 1}, operand{nil, n, 1}
+				switch kind {
+				case kindNT:
+					B = operand{nil, 1, k}
+				case kindTN:
+					A = operand{nil, 1, m}
+				}
+				buf := new(panel)
+				benchMM(b, func(c, a, bb []float32) {
+					A.s, B.s = a, bb
+					gemm256simd(c, n, A, B, m, k, n, false, m < packMinM, buf)
+				}, m, k, n)
+			})
 		}
+	}
+}
+
+// gemm256simd is the archsimd AVX2 driver that gemm256 replaced (column
+// panels of 16/8, row tiles of 4): the reference the assembly kernels must
+// match bit for bit.
+func gemm256simd(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel) {
+	ar, ap := uintptr(A.rs)*4, uintptr(A.cs)*4
+	for kb := 0; kb < k; kb += kcBlk {
+		kc := min(kcBlk, k-kb)
+		load := acc || kb > 0
+		a0 := unsafe.Pointer(&A.s[kb*A.cs])
+		for jb := 0; jb < n; {
+			W := 16
+			if n-jb <= 8 {
+				W = 8
+			}
+			w := min(W, n-jb)
+			bp, bs := bPanel(isaAVX2, B, kb, kc, jb, w, W, inPlace, buf)
+			i := 0
+			if W == 16 {
+				for ; i+4 <= m; i += 4 {
+					y4x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+				for ; i < m; i++ {
+					y1x16(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+			} else {
+				for ; i+4 <= m; i += 4 {
+					y4x8(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+				for ; i < m; i++ {
+					y1x8(kc, unsafe.Add(a0, uintptr(i)*ar), ar, ap, bp, bs, c[i*ldc+jb:], ldc, w, load)
+				}
+			}
+			jb += W
+		}
+	}
+}
+
+// TestAsmMatchesArchsimd: the assembly AVX2 driver (6×16 tiles, memory
+// broadcasts, 8×8 transposes, row-axpy GEMV) gives the bits of the archsimd
+// AVX2 driver it replaced, on every layout, with and without acc, with B
+// packed and read in place.
+func TestAsmMatchesArchsimd(t *testing.T) {
+	if cpuISA < isaAVX2 {
+		t.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(31, 32))
+	shapes := [][3]int{{1, 1, 1}, {1, 5, 8}, {1, 300, 77}, {1, 128, 512}, {6, 8, 16}, {7, 9, 17}, {13, 257, 40}, {130, 20, 9}}
+	for it := 0; it < 30; it++ {
+		shapes = append(shapes, [3]int{1 + r.IntN(30), 1 + r.IntN(300), 1 + r.IntN(70)})
+	}
+	for _, s := range shapes {
+		m, k, n := s[0], s[1], s[2]
+		a, b, c0 := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
+		for kind := kindNN; kind <= kindTN; kind++ {
+			A, B := operand{a, k, 1}, operand{b, n, 1}
+			switch kind {
+			case kindNT:
+				B = operand{b, 1, k}
+			case kindTN:
+				A = operand{a, 1, m}
+			}
+			for _, acc := range []bool{false, true} {
+				for _, inPlace := range []bool{false, true} {
+					got, want := slices.Clone(c0), slices.Clone(c0)
+					gemm256(got, n, A, B, m, k, n, acc, inPlace, new(panel))
+					gemm256simd(want, n, A, B, m, k, n, acc, inPlace, new(panel))
+					bitsEqual(t, fmt.Sprintf("kind=%d m=%d k=%d n=%d acc=%v inPlace=%v", kind, m, k, n, acc, inPlace), got, want)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkAVX2Tiles compares the archsimd 4×16 kernel with the assembly
+// tiles on an L1-resident panel (kc = 128), 1 thread.
+func BenchmarkAVX2Tiles(b *testing.B) {
+	if cpuISA < isaAVX2 {
+		b.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	const kc = 128
+	a := randVec(r, 8*kc)
+	pan := randVec(r, kc*16)
+	c := make([]float32, 8*64)
+	flops := func(b *testing.B, rows, cols int) {
+		b.ReportMetric(2*float64(rows*cols*kc)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	}
+	b.Run("archsimd/y4x16", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			y4x16(kc, unsafe.Pointer(&a[0]), kc*4, 4, unsafe.Pointer(&pan[0]), 64, c, 64, 16, true)
+		}
+		flops(b, 4, 16)
+	})
+	for _, rows := range []int{6, 4} {
+		b.Run(fmt.Sprintf("asm/y%dx16", rows), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				asmTile(16, rows, kc, unsafe.Pointer(&a[0]), kc*4, 4, unsafe.Pointer(&pan[0]), 64, unsafe.Pointer(&c[0]), 256, true)
+			}
+			flops(b, rows, 16)
+		})
+	}
+	b.Run("asm/y6x8", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			asmTile(8, 6, kc, unsafe.Pointer(&a[0]), kc*4, 4, unsafe.Pointer(&pan[0]), 64, unsafe.Pointer(&c[0]), 256, true)
+		}
+		flops(b, 6, 8)
+	})
+}
+
+// BenchmarkFMAPeak: the FMA throughput of one core on the path in use.
+func BenchmarkFMAPeak(b *testing.B) {
+	var f float64
+	for i := 0; i < b.N; i++ {
+		f += FMAPeakLoop(1000)
+	}
+	b.ReportMetric(f/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// TestPackT8: the 8×8-transpose NT pack equals a scalar gather, with zero
+// padding past w, on full and partial blocks.
+func TestPackT8(t *testing.T) {
+	if cpuISA < isaAVX2 {
+		t.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, s := range [][4]int{{16, 16, 16, 0}, {20, 13, 16, 3}, {9, 40, 8, 1}, {30, 257, 16, 8}} {
+		n, k, W, jb := s[0], s[1], s[2], s[3]
+		b := randVec(r, n*k)
+		B := operand{b, 1, k}
+		for kb := 0; kb < k; kb += kcBlk {
+			kc := min(kcBlk, k-kb)
+			w := min(W, n-jb)
+			buf := new(panel)
+			packT8(B, kb, kc, jb, w, W, buf)
+			for p := 0; p < kc; p++ {
+				for j := 0; j < W; j++ {
+					var want float32
+					if j < w {
+						want = b[(jb+j)*k+kb+p]
+					}
+					if got := buf[p*W+j]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("n=%d k=%d W=%d jb=%d: panel(%d,%d) = %v, want %v", n, k, W, jb, kb+p, j, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkGEMVBandwidth: decode's m = 1 product against weights bigger
+// than L2, in bytes of B read per second, next to a plain vector read of
+// the same bytes (the bandwidth ceiling at that size) and the archsimd AVX2
+// driver the row-axpy GEMV replaced.
+func BenchmarkGEMVBandwidth(b *testing.B) {
+	if cpuISA < isaAVX2 {
+		b.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, s := range [][2]int{{1024, 4096}, {4096, 4096}} {
+		k, n := s[0], s[1]
+		a, bb, c := randVec(r, k), randVec(r, k*n), make([]float32, n)
+		bytes := float64(4 * k * n)
+		gbs := func(b *testing.B) {
+			b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		}
+		b.Run(fmt.Sprintf("%dx%d/read", k, n), func(b *testing.B) {
+			var sink archsimd.Float32x8
+			for i := 0; i < b.N; i++ {
+				var s0, s1, s2, s3 archsimd.Float32x8
+				for j := 0; j+32 <= len(bb); j += 32 {
+					s0 = s0.Add(archsimd.LoadFloat32x8Slice(bb[j:]))
+					s1 = s1.Add(archsimd.LoadFloat32x8Slice(bb[j+8:]))
+					s2 = s2.Add(archsimd.LoadFloat32x8Slice(bb[j+16:]))
+					s3 = s3.Add(archsimd.LoadFloat32x8Slice(bb[j+24:]))
+				}
+				sink = sink.Add(s0.Add(s1).Add(s2.Add(s3)))
+			}
+			gbs(b)
+			_ = sink
+		})
+		for _, isa := range availableISAs() {
+			b.Run(fmt.Sprintf("%dx%d/gemv-%s", k, n, isaName(isa)), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					mmISA(isa, kindNN, c, a, bb, 1, k, n, false, 0, 1)
+				}
+				gbs(b)
+			})
+		}
+		b.Run(fmt.Sprintf("%dx%d/gemv-archsimd-avx2", k, n), func(b *testing.B) {
+			buf := new(panel)
+			for i := 0; i < b.N; i++ {
+				gemm256simd(c, n, operand{a, k, 1}, operand{bb, n, 1}, 1, k, n, false, true, buf)
+			}
+			gbs(b)
+		})
 	}
 }
