@@ -137,6 +137,6 @@ func TestTrainLearns(t *testing.T) {
 		last = st.Loss
 	}
 	if !(last < 0.7*first) {
-		t.Fatalf("SFT loss %v -> %v: did not fall by 30%", first, last)
+		t.Fatalf("SFT loss %v -> %v: did not fall by 30%%", first, last)
 	}
 }
