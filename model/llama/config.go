@@ -45,27 +45,26 @@ type RopeScaling struct {
 
 // Config is the architecture, read from and written to config.json.
 type Config struct {
-	Family       string       // model_type
-	Vocab        int          // vocab_size
-	Dim          int          // hidden_size
-	Hidden       int          // intermediate_size
-	Layers       int          // num_hidden_layers
-	Heads        int          // num_attention_heads
-	KVHeads      int          // num_key_value_heads
-	HeadDim      int          // head_dim (default Dim/Heads)
-	NormEps      float64      // rms_norm_eps
-	RopeTheta    float64      // rope_theta
-	RopeScaling  *RopeScaling // rope_scaling; nil = none
-	MaxPos       int          // max_position_embeddings
-	Tied         bool         // tie_word_embeddings
-	AttnBias     bool         // attention_bias (llama, qwen3: q, k, v and o); qwen2 always has q, k, v biases
-	BOS, EOS     *int         // bos_token_id, eos_token_id (kept for the saved config)
-	InitStd      float64      // initializer_range
-	SavedDType   string       // torch_dtype written on save ("float32" or "bfloat16")
-	hasQKNorm    bool
-	hasQKVBias   bool
-	hasOBias     bool
-	configLoaded bool
+	Family      string       // model_type
+	Vocab       int          // vocab_size
+	Dim         int          // hidden_size
+	Hidden      int          // intermediate_size
+	Layers      int          // num_hidden_layers
+	Heads       int          // num_attention_heads
+	KVHeads     int          // num_key_value_heads
+	HeadDim     int          // head_dim (default Dim/Heads)
+	NormEps     float64      // rms_norm_eps
+	RopeTheta   float64      // rope_theta
+	RopeScaling *RopeScaling // rope_scaling; nil = none
+	MaxPos      int          // max_position_embeddings
+	Tied        bool         // tie_word_embeddings
+	AttnBias    bool         // attention_bias (llama, qwen3: q, k, v and o); qwen2 always has q, k, v biases
+	BOS, EOS    *int         // bos_token_id, eos_token_id (kept for the saved config)
+	InitStd     float64      // initializer_range
+	SavedDType  string       // torch_dtype written on save ("float32" or "bfloat16")
+	hasQKNorm   bool
+	hasQKVBias  bool
+	hasOBias    bool
 }
 
 // keyRule says what a config.json key may hold when it is not one the
@@ -195,7 +194,6 @@ func ParseConfig(data []byte) (Config, error) {
 			}
 		}
 	}
-	c.configLoaded = true
 	return c, c.Validate()
 }
 
@@ -302,6 +300,14 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		m["eos_token_id"] = *c.EOS
 	}
 	return json.MarshalIndent(m, "", "  ")
+}
+
+// Equal reports whether two configs describe the same model (as their
+// config.json forms).
+func (c Config) Equal(o Config) bool {
+	a, err1 := json.Marshal(c)
+	b, err2 := json.Marshal(o)
+	return err1 == nil && err2 == nil && bytes.Equal(a, b)
 }
 
 // NumParams is the number of parameters the config describes.

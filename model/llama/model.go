@@ -32,6 +32,7 @@ type Model struct {
 	ctx      int       // longest sequence accepted
 	cos, sin []float32 // (ctx, hd/2)
 	ws       [nShards]*workspace
+	srcDir   string // the HF directory it was loaded from, if any
 }
 
 // New returns a model initialised as transformers does from seed:
@@ -143,6 +144,7 @@ func (m *Model) Clone() *Model {
 		panic(err) // m's config was validated when m was built
 	}
 	copy(c.w, m.w)
+	c.srcDir = m.srcDir
 	if c.ctx != m.ctx {
 		_ = c.SetContext(m.ctx)
 	}
@@ -151,7 +153,7 @@ func (m *Model) Clone() *Model {
 
 // CopyWeightsFrom overwrites m's weights with src's (same architecture).
 func (m *Model) CopyWeightsFrom(src *Model) error {
-	if len(src.w) != len(m.w) || fmt.Sprint(src.cfg) != fmt.Sprint(m.cfg) {
+	if len(src.w) != len(m.w) || !src.cfg.Equal(m.cfg) {
 		return fmt.Errorf("llama: copy weights: architectures differ")
 	}
 	copy(m.w, src.w)
