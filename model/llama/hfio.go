@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"unsafe"
 )
 
 // Hugging Face model directories: config.json, then model.safetensors or
@@ -87,7 +89,7 @@ func LoadDir(dir string) (*Model, error) {
 		names = append(names, f)
 	}
 	sort.Strings(names)
-	buf := make([]byte, 4<<20)
+	buf := make([]byte, 8<<20)
 	for _, f := range names {
 		got, err := m.readShard(filepath.Join(dir, f), spec, seen, buf)
 		if err != nil {
@@ -177,33 +179,51 @@ func (m *Model) readShard(path string, spec map[string]*tensorSpec, seen map[str
 	return names, nil
 }
 
-// readTensor converts a tensor's bytes at off into dst through buf.
+// readTensor converts a tensor's bytes at off into dst, in chunks through
+// buf split over two goroutines (each with half of buf). F32 is read
+// straight into the slab's memory: the formats are little-endian, as are
+// the machines Go builds this for (amd64, arm64).
 func readTensor(f *os.File, off int64, dtype string, dst []float32, buf []byte) error {
 	es := dtypeSize[dtype]
-	per := len(buf) / es
-	for i := 0; i < len(dst); i += per {
-		k := min(per, len(dst)-i)
-		b := buf[:k*es]
-		if _, err := f.ReadAt(b, off+int64(i*es)); err != nil {
-			return err
-		}
-		out := dst[i : i+k]
-		switch dtype {
-		case "F32":
-			for j := range out {
-				out[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
+	half := len(buf) / 2
+	per := half / es
+	var errs [2]error
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := buf[w*half : (w+1)*half]
+			for i := w * per; i < len(dst); i += 2 * per {
+				out := dst[i:min(i+per, len(dst))]
+				if dtype == "F32" {
+					raw := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
+					if _, err := f.ReadAt(raw, off+int64(i*es)); err != nil {
+						errs[w] = err
+						return
+					}
+					continue
+				}
+				raw := b[:len(out)*es]
+				if _, err := f.ReadAt(raw, off+int64(i*es)); err != nil {
+					errs[w] = err
+					return
+				}
+				src := unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), len(out))
+				if dtype == "BF16" {
+					for j, v := range src {
+						out[j] = math.Float32frombits(uint32(v) << 16)
+					}
+				} else {
+					for j, v := range src {
+						out[j] = f16ToF32(v)
+					}
+				}
 			}
-		case "BF16":
-			for j := range out {
-				out[j] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*j:])) << 16)
-			}
-		case "F16":
-			for j := range out {
-				out[j] = f16ToF32(binary.LittleEndian.Uint16(b[2*j:]))
-			}
-		}
+		}()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs[0], errs[1])
 }
 
 // f16ToF32 widens an IEEE half (exact).
