@@ -33,6 +33,8 @@ type Model struct {
 	cos, sin []float32 // (ctx, hd/2)
 	ws       [nShards]*workspace
 	srcDir   string // the HF directory it was loaded from, if any
+
+	decodeSplit bool // Generate: split the head over two goroutines (one request)
 }
 
 // New returns a model initialised as transformers does from seed:
