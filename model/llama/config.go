@@ -45,23 +45,24 @@ type RopeScaling struct {
 
 // Config is the architecture, read from and written to config.json.
 type Config struct {
-	Family      string       // model_type
-	Vocab       int          // vocab_size
-	Dim         int          // hidden_size
-	Hidden      int          // intermediate_size
-	Layers      int          // num_hidden_layers
-	Heads       int          // num_attention_heads
-	KVHeads     int          // num_key_value_heads
-	HeadDim     int          // head_dim (default Dim/Heads)
-	NormEps     float64      // rms_norm_eps
-	RopeTheta   float64      // rope_theta
-	RopeScaling *RopeScaling // rope_scaling; nil = none
-	MaxPos      int          // max_position_embeddings
-	Tied        bool         // tie_word_embeddings
-	AttnBias    bool         // attention_bias (llama, qwen3: q, k, v and o); qwen2 always has q, k, v biases
-	BOS, EOS    *int         // bos_token_id, eos_token_id (kept for the saved config)
-	InitStd     float64      // initializer_range
-	SavedDType  string       // torch_dtype written on save ("float32" or "bfloat16")
+	Family      string                     // model_type
+	Vocab       int                        // vocab_size
+	Dim         int                        // hidden_size
+	Hidden      int                        // intermediate_size
+	Layers      int                        // num_hidden_layers
+	Heads       int                        // num_attention_heads
+	KVHeads     int                        // num_key_value_heads
+	HeadDim     int                        // head_dim (default Dim/Heads)
+	NormEps     float64                    // rms_norm_eps
+	RopeTheta   float64                    // rope_theta
+	RopeScaling *RopeScaling               // rope_scaling; nil = none
+	MaxPos      int                        // max_position_embeddings
+	Tied        bool                       // tie_word_embeddings
+	AttnBias    bool                       // attention_bias (llama, qwen3: q, k, v and o); qwen2 always has q, k, v biases
+	BOS, EOS    *int                       // bos_token_id, eos_token_id (the first where config.json lists several)
+	InitStd     float64                    // initializer_range
+	SavedDType  string                     // torch_dtype written on save ("float32" or "bfloat16")
+	idsRaw      map[string]json.RawMessage // bos/eos_token_id as config.json wrote them (a list stays a list)
 	hasQKNorm   bool
 	hasQKVBias  bool
 	hasOBias    bool
@@ -179,6 +180,12 @@ func ParseConfig(data []byte) (Config, error) {
 		}
 	}
 	c.BOS, c.EOS = tokenID(raw["bos_token_id"]), tokenID(raw["eos_token_id"])
+	c.idsRaw = map[string]json.RawMessage{}
+	for _, k := range []string{"bos_token_id", "eos_token_id"} {
+		if v, ok := raw[k]; ok && string(v) != "null" {
+			c.idsRaw[k] = v
+		}
+	}
 	if c.RopeScaling != nil {
 		var rs map[string]json.RawMessage
 		_ = json.Unmarshal(raw["rope_scaling"], &rs)
@@ -298,6 +305,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	}
 	if c.EOS != nil {
 		m["eos_token_id"] = *c.EOS
+	}
+	for k, v := range c.idsRaw { // a list of eos ids stays a list
+		m[k] = v
 	}
 	return json.MarshalIndent(m, "", "  ")
 }
