@@ -53,10 +53,10 @@ type FunctionSpec struct {
 // MessageResult is the outcome of one assistant turn: the tool and user
 // messages that answer it, and the step's reward.
 type MessageResult struct {
-	Messages []Message        `json:"messages"`
-	Reward   float64          `json:"reward"`
-	Done     bool             `json:"done"`
-	Success  bool             `json:"success"`
+	Messages []Message         `json:"messages"`
+	Reward   float64           `json:"reward"`
+	Done     bool              `json:"done"`
+	Success  bool              `json:"success"`
 	Info     map[string]string `json:"info,omitempty"`
 }
 

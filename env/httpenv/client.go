@@ -31,8 +31,13 @@ type Client struct {
 	Params  json.RawMessage // environment params
 	HTTP    *http.Client    // default http.DefaultClient
 	Timeout time.Duration   // per request; default DefaultTimeout
+	// Slots, when set, bounds the sessions open at once over all clients
+	// sharing it: a session takes a slot (waiting for one) and gives it
+	// back on Close.
+	Slots chan struct{}
 
 	id    string
+	held  bool   // holds a slot of Slots
 	name  string // environment of the open session
 	snap  bool
 	v2    bool       // the server speaks messages (protocol version 2)
@@ -77,6 +82,9 @@ func (c *Client) ResetMessages(ctx context.Context, task env.Task, seed uint64) 
 	name := c.Env
 	if name == "" {
 		name = task.Env
+	}
+	if err := c.acquire(ctx); err != nil {
+		return nil, nil, err
 	}
 	req := ResetRequest{Env: name, Params: c.Params, Task: task, Seed: seed, Version: 2}
 	if k, ok := env.KeyOf(ctx); ok {
@@ -174,6 +182,9 @@ func (c *Client) Snapshot(ctx context.Context) ([]byte, error) {
 
 // Restore implements env.Snapshotter: into the open session, or a new one.
 func (c *Client) Restore(ctx context.Context, state []byte) error {
+	if err := c.acquire(ctx); err != nil {
+		return err
+	}
 	var rep RestoreReply
 	if err := c.post(ctx, PathRestore, RestoreRequest{ID: c.id, Env: cmp.Or(c.name, c.Env), Params: c.Params, State: state}, &rep); err != nil {
 		return err
@@ -184,12 +195,33 @@ func (c *Client) Restore(ctx context.Context, state []byte) error {
 
 // Close implements env.Environment; it is safe to call twice.
 func (c *Client) Close(ctx context.Context) error {
+	defer c.release()
 	if c.id == "" {
 		return nil
 	}
 	id := c.id
 	c.id = ""
 	return c.post(ctx, PathClose, IDRequest{ID: id}, &struct{}{})
+}
+
+func (c *Client) acquire(ctx context.Context) error {
+	if c.Slots == nil || c.held {
+		return nil
+	}
+	select {
+	case c.Slots <- struct{}{}:
+		c.held = true
+		return nil
+	case <-ctx.Done():
+		return rollout.Infra("env.session", fmt.Errorf("httpenv: waiting for a free session (env.max_sessions %d): %w", cap(c.Slots), ctx.Err()))
+	}
+}
+
+func (c *Client) release() {
+	if c.held {
+		<-c.Slots
+		c.held = false
+	}
 }
 
 func (c *Client) post(ctx context.Context, path string, in, out any) error {

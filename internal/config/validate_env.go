@@ -1,0 +1,13 @@
+package config
+
+// env checks the env section's keys for the environment's kind.
+func (v *validator) env(c *Config) {
+	e := c.Env
+	if e.Kind == "http" {
+		v.url("env.url", e.URL)
+		v.positive("env.timeout_s", e.TimeoutS)
+	} else if e.URL != "" {
+		v.failf("env.url", "is for env.kind http (env.kind is %q)", e.Kind)
+	}
+	v.min("env.max_sessions", e.MaxSessions, 0)
+}
