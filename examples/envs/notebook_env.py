@@ -8,7 +8,8 @@ three tools: read(page) returns the page, long enough that a few of them
 outgrow the context; note(text) writes to the episode's notebook (a side
 effect) and returns the notebook; answer(value) ends the episode with
 reward 1 when value is the sum. A page read once is gone from the context
-after compaction, so the agent must note each code as it goes.
+after compaction, so the agent must note each code as it goes. Every step
+is also metered (an effect of its own, as a paid API call would be).
 
 Exactly once: every step carries an idempotency key. The server appends
 each answered key to a journal (one JSON line, flushed and fsynced before
@@ -162,7 +163,7 @@ class Env:
             name, _, arg = (req.get("action") or "").strip().partition(" ")
             calls = [{"id": "call", "function": {"name": name, "arguments": json.dumps({"_": arg})}}]
         state["turns"] += 1
-        out, reward, effect = [], 0.0, None
+        out, reward, effect = [], 0.0, {"metered": True}
         if not calls:
             out.append({"role": "user", "content": "call a tool"})
         for c in calls:
@@ -200,7 +201,7 @@ class Env:
                 return "error: read needs a page number", 0.0, effect
         if name == "note":
             state["notebook"].append(str(arg)[:40])
-            return "notebook: " + " ".join(state["notebook"]), 0.0, {"note": str(arg)[:40]}
+            return "notebook: " + " ".join(state["notebook"]), 0.0, dict(effect, note=str(arg)[:40])
         try:
             value = int(arg)
         except (TypeError, ValueError):
