@@ -1,0 +1,38 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEnvKeys(t *testing.T) {
+	for _, tc := range []struct {
+		overrides []string
+		want      string // "" = valid
+	}{
+		{[]string{"env.kind=http"}, `env.url: want an http(s) URL, got ""`},
+		{[]string{"env.kind=http", "env.url=http://127.0.0.1:8092", "env.timeout_s=0"}, "env.timeout_s: must be > 0"},
+		{[]string{"env.url=http://127.0.0.1:8092"}, `env.url: is for env.kind http (env.kind is "builtin")`},
+		{[]string{"env.kind=grpc"}, `env.kind: must be one of builtin, http, got "grpc"`},
+		{[]string{"env.kind=http", "env.url=http://127.0.0.1:8092", "env.max_sessions=-1"}, "env.max_sessions: must be ≥ 0"},
+		{[]string{"env.kind=http", "env.url=http://127.0.0.1:8092", "env.max_sessions=4", "warmstart.data=demos.jsonl"}, ""},
+	} {
+		c := Default()
+		if err := c.ApplyOverrides(tc.overrides); err != nil {
+			t.Fatalf("%v: %v", tc.overrides, err)
+		}
+		err := c.Validate()
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%v: %v", tc.overrides, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.overrides, err, tc.want)
+		}
+	}
+	if _, err := Parse("f.yaml", []byte("env:\n  kind: http\n  uri: http://x\n")); err == nil || !strings.Contains(err.Error(), "uri") {
+		t.Fatalf("unknown env key: %v", err)
+	}
+}
