@@ -234,4 +234,3 @@ func TestSessionSlots(t *testing.T) {
 		t.Fatalf("%d slots held after close", len(slots))
 	}
 }
-
