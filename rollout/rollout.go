@@ -301,6 +301,9 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 		return Result{}, classify("env.new", err)
 	}
 	l.env = e
+	if a, ok := e.(env.Agent); ok {
+		return l.drive(ctx, a)
+	}
 	// Reset even when resuming: the first message is not in the log as
 	// text, and a replay or restore starts from a reset environment.
 	obs, err := e.Reset(l.envCtx(ctx, -1), l.s.Task, l.s.EnvSeed)

@@ -13,9 +13,12 @@ func TestEnvKeys(t *testing.T) {
 		{[]string{"env.kind=http"}, `env.url: want an http(s) URL, got ""`},
 		{[]string{"env.kind=http", "env.url=http://127.0.0.1:8092", "env.timeout_s=0"}, "env.timeout_s: must be > 0"},
 		{[]string{"env.url=http://127.0.0.1:8092"}, `env.url: is for env.kind http (env.kind is "builtin")`},
-		{[]string{"env.kind=grpc"}, `env.kind: must be one of builtin, http, got "grpc"`},
+		{[]string{"env.kind=grpc"}, `env.kind: must be one of builtin, http, agent, got "grpc"`},
 		{[]string{"env.kind=http", "env.url=http://127.0.0.1:8092", "env.max_sessions=-1"}, "env.max_sessions: must be ≥ 0"},
 		{[]string{"env.kind=http", "env.url=http://127.0.0.1:8092", "env.max_sessions=4", "warmstart.data=demos.jsonl"}, ""},
+		{[]string{"env.kind=agent"}, "env.command: must name the agent program"},
+		{[]string{"env.command=[python3, agent.py]"}, `env.command: is for env.kind agent (env.kind is "builtin")`},
+		{[]string{"env.kind=agent", "env.command=[python3, agent.py]"}, ""},
 	} {
 		c := Default()
 		if err := c.ApplyOverrides(tc.overrides); err != nil {
