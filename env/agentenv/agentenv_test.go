@@ -46,7 +46,7 @@ func spec(t *testing.T, cmd []string, g gen.Generator, rec rollout.Recorder) rol
 	return rollout.Spec{Seed: 1, Rollout: runlog.RolloutID{Group: 1}, Attempt: 1, Task: task,
 		NewEnv:    func(context.Context) (env.Environment, error) { return &agentenv.Env{Command: cmd}, nil },
 		Generator: g, Recorder: rec,
-		Limits:    rollout.Limits{MaxTokensPerCall: 4, ContextBudget: 120, MaxTurns: 20}}
+		Limits: rollout.Limits{MaxTokensPerCall: 4, ContextBudget: 120, MaxTurns: 20}}
 }
 
 // TestAgentReplayAtEveryCut: an external agent's rollout resumed from any

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/env/agentenv"
 	"github.com/longhaul-rl/longhaul/env/httpenv"
 	"github.com/longhaul-rl/longhaul/internal/config"
 )
@@ -27,7 +28,11 @@ const RunIDFile = "run-id"
 // data.source builtin, is base's environment of that name when there is
 // one: a built-in environment served over HTTP).
 func Environments(cfg *config.Config, base *env.Registry) (*env.Registry, error) {
-	if cfg.Env.Kind != "http" {
+	switch cfg.Env.Kind {
+	case "http":
+	case "agent":
+		return agents(cfg, base)
+	default:
 		return base, nil
 	}
 	var slots chan struct{}
@@ -50,6 +55,20 @@ func Environments(cfg *config.Config, base *env.Registry) (*env.Registry, error)
 		return nil, err
 	}
 	return reg, nil
+}
+
+// agents is the registry of env.kind agent: env.name's environment runs
+// env.command per rollout.
+func agents(cfg *config.Config, base *env.Registry) (*env.Registry, error) {
+	argv := append([]string(nil), cfg.Env.Command...)
+	def := env.Definition{Name: cfg.Env.Name, New: func(json.RawMessage) (env.Environment, error) {
+		return &agentenv.Env{Command: argv}, nil
+	}}
+	if d, err := base.Lookup(cfg.Env.Name); err == nil {
+		def.Task = d.Task
+	}
+	reg := env.NewRegistry()
+	return reg, reg.Register(def)
 }
 
 // RunID reads the run directory's id, making one on the first start.
