@@ -125,5 +125,9 @@ func TestAgentFailures(t *testing.T) {
 		if rollout.ClassOf(err) != runlog.ClassData || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%q: err = %v, want a data failure with %q", tc.script, err, tc.want)
 		}
+		evs := rec.Events()
+		if f, ok := evs[len(evs)-1].(runlog.RolloutFailed); !ok || f.Class != runlog.ClassData || !strings.Contains(f.Reason, tc.want) {
+			t.Fatalf("%q: last event %+v, want RolloutFailed (data) with %q", tc.script, evs[len(evs)-1], tc.want)
+		}
 	}
 }
