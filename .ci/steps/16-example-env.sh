@@ -24,7 +24,7 @@ for _ in $(seq 100); do
 done
 
 timeout 300 "$bin" train --config examples/envs/notebook.yaml --run-dir "$work/run" --no-progress --log-level warn \
-  "env.url=http://127.0.0.1:$port" run.max_steps=3 warmstart.steps=40
+  "env.url=http://127.0.0.1:$port" run.max_steps=3 warmstart.steps=20
 
 stats=$(timeout 5 curl -sf "http://127.0.0.1:$port/stats")
 echo "environment: $stats"
