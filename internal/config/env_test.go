@@ -39,3 +39,17 @@ func TestEnvKeys(t *testing.T) {
 		t.Fatalf("unknown env key: %v", err)
 	}
 }
+
+// TestEnvExample keeps examples/envs/notebook.yaml loadable and valid.
+func TestEnvExample(t *testing.T) {
+	c, err := Load("../../examples/envs/notebook.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Env.Kind != "http" || c.Warmstart.Data == "" || c.Data.Source != "jsonl" {
+		t.Fatalf("example drifted: %+v %+v", c.Env, c.Warmstart)
+	}
+}

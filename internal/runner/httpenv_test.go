@@ -136,6 +136,7 @@ func hasN(m map[runlog.RolloutID]int, n int) bool {
 // their episode are errors naming the file and line.
 func TestHTTPEnvironmentTrains(t *testing.T) {
 	hs := httpenv.NewServer(env.Builtin(), nil)
+	hs.MaxSessions = 2 // beyond env.max_sessions the server would answer 503
 	srv := httptest.NewServer(hs)
 	defer srv.Close()
 	dir := t.TempDir()
@@ -167,8 +168,8 @@ func TestHTTPEnvironmentTrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Step != 1 || rep.Counts["EnvStep"] == 0 {
-		t.Fatalf("step %d, %d env steps", rep.Step, rep.Counts["EnvStep"])
+	if rep.Step != 1 || rep.Counts["EnvStep"] == 0 || rep.Counts["RolloutFailed"] != 0 {
+		t.Fatalf("step %d, %d env steps, %d failed attempts (env.max_sessions not kept?)", rep.Step, rep.Counts["EnvStep"], rep.Counts["RolloutFailed"])
 	}
 	// A demonstration with more calls than its episode takes.
 	os.WriteFile(demos, []byte(`{"task": `+string(first)+`, "calls": ["1", "2", "3", "4", "5"]}`+"\n"), 0o644)
