@@ -181,6 +181,11 @@ type loop struct {
 	compactions  uint32
 	compactedAt  int // turn of the last compaction; -1 if none
 	obsRole      tokenizer.Role
+	// episode is the attempt that started the current episode (the first
+	// attempt, or the last one that restarted it): environment keys name
+	// it, so an attempt that continues an episode repeats the keys of the
+	// steps an earlier attempt may have applied without logging.
+	episode uint32
 }
 
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
@@ -219,6 +224,9 @@ func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 			if e.Rollout == s.Rollout && e.Restart {
 				l.prior, l.nextCall = l.prior[:0], seen
 			}
+			if e.Rollout == s.Rollout && (l.episode == 0 || e.Restart) {
+				l.episode = e.Attempt
+			}
 		case runlog.CallFinished:
 			if e.Rollout == s.Rollout {
 				l.prior = append(l.prior, e)
@@ -238,7 +246,16 @@ func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 			}
 		}
 	}
+	if l.episode == 0 {
+		l.episode = s.Attempt
+	}
 	return l, nil
+}
+
+// envCtx carries the idempotency key of the episode's step (-1: reset)
+// to the environment.
+func (l *loop) envCtx(ctx context.Context, step int) context.Context {
+	return env.WithKey(ctx, env.Key{Rollout: l.s.Rollout.String(), Attempt: l.episode, Step: step})
 }
 
 func (l *loop) sealedInPrior() (Result, bool) {
@@ -284,9 +301,12 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 		return Result{}, classify("env.new", err)
 	}
 	l.env = e
+	if a, ok := e.(env.Agent); ok {
+		return l.drive(ctx, a)
+	}
 	// Reset even when resuming: the first message is not in the log as
 	// text, and a replay or restore starts from a reset environment.
-	obs, err := e.Reset(ctx, l.s.Task, l.s.EnvSeed)
+	obs, err := e.Reset(l.envCtx(ctx, -1), l.s.Task, l.s.EnvSeed)
 	if err != nil {
 		return Result{}, classify("env.reset", err)
 	}
@@ -468,7 +488,7 @@ func (l *loop) step(ctx context.Context, action string) error {
 		if err := l.syncEnv(ctx); err != nil {
 			return err
 		}
-		res, err := l.env.Step(ctx, action)
+		res, err := l.env.Step(l.envCtx(ctx, int(turn)), action)
 		if err != nil {
 			return classify("env.step", err)
 		}
@@ -512,7 +532,7 @@ func (l *loop) syncEnv(ctx context.Context) error {
 		}
 	} else {
 		for _, s := range l.pending {
-			res, err := l.env.Step(ctx, s.Action)
+			res, err := l.env.Step(l.envCtx(ctx, int(s.Turn)), s.Action)
 			if err != nil {
 				return classify("env.replay", err)
 			}

@@ -27,14 +27,25 @@ type Server struct {
 	// answers 503 so clients back off and retry.
 	MaxSessions int
 
+	// MaxKeys bounds the stored step results (0: DefaultMaxKeys); the
+	// oldest are forgotten first.
+	MaxKeys int
+
 	mu       sync.Mutex
 	next     uint64
 	sessions map[string]*session
+	keys     *keyStore
 }
+
+// DefaultMaxKeys is the number of step results a server remembers.
+const DefaultMaxKeys = 1 << 20
 
 type session struct {
 	mu  sync.Mutex
 	env env.Environment
+	// applied holds the keys whose step this instance has taken, so a
+	// repeated key is answered from the store without moving the state.
+	applied map[string]bool
 }
 
 // NewServer returns a server for reg; log may be nil.
@@ -42,7 +53,7 @@ func NewServer(reg *env.Registry, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{reg: reg, log: log, sessions: map[string]*session{}}
+	return &Server{reg: reg, log: log, sessions: map[string]*session{}, keys: &keyStore{m: map[string]storedStep{}}}
 }
 
 // Sessions returns the number of open sessions.
@@ -130,7 +141,7 @@ func (s *Server) open(e env.Environment) (string, error) {
 	}
 	s.next++
 	id := "s" + strconv.FormatUint(s.next, 10)
-	s.sessions[id] = &session{env: e}
+	s.sessions[id] = &session{env: e, applied: map[string]bool{}}
 	return id, nil
 }
 
@@ -168,16 +179,56 @@ func (s *Server) reset(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	obs, err := e.Reset(ctx, req.Task, req.Seed)
-	if err != nil {
+	if ctx, err = keyCtx(ctx, req.Key); err != nil {
 		return nil, err
 	}
-	id, err := s.open(e)
-	if err != nil {
+	if req.Key != "" && s.keys.seen(req.Key) {
+		// A repeated reset starts a fresh instance of an episode whose
+		// effects already happened.
+		ctx = env.WithReplay(ctx)
+	}
+	rep := ResetReply{Version: 2}
+	if me, ok := e.(env.MessageEnvironment); ok {
+		if rep.Messages, rep.Tools, err = me.ResetMessages(ctx, req.Task, req.Seed); err != nil {
+			return nil, err
+		}
+		rep.Observation = env.RenderMessages(rep.Messages)
+	} else {
+		if rep.Observation, err = e.Reset(ctx, req.Task, req.Seed); err != nil {
+			return nil, err
+		}
+		rep.Messages = []env.Message{{Role: "user", Content: rep.Observation}}
+	}
+	if req.Version < 2 {
+		rep.Version, rep.Messages, rep.Tools = 0, nil, nil
+	}
+	if rep.ID, err = s.open(e); err != nil {
 		return nil, err
 	}
-	_, snap := e.(env.Snapshotter)
-	return ResetReply{ID: id, Observation: obs, Snapshot: snap}, nil
+	if req.Key != "" {
+		s.keys.put(req.Key, storedStep{}, s.maxKeys())
+	}
+	_, rep.Snapshot = e.(env.Snapshotter)
+	return rep, nil
+}
+
+func (s *Server) maxKeys() int {
+	if s.MaxKeys > 0 {
+		return s.MaxKeys
+	}
+	return DefaultMaxKeys
+}
+
+// keyCtx puts a request's idempotency key in ctx for the environment.
+func keyCtx(ctx context.Context, key string) (context.Context, error) {
+	if key == "" {
+		return ctx, nil
+	}
+	k, err := env.ParseKey(key)
+	if err != nil {
+		return nil, bad(http.StatusBadRequest, "httpenv: %v", err)
+	}
+	return env.WithKey(ctx, k), nil
 }
 
 func (s *Server) step(ctx context.Context, body []byte) (any, error) {
@@ -189,9 +240,65 @@ func (s *Server) step(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ctx, err = keyCtx(ctx, req.Key); err != nil {
+		return nil, err
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.env.Step(ctx, req.Action)
+	if req.Key == "" {
+		return s.apply(ctx, ss, req)
+	}
+	if st, ok := s.keys.get(req.Key); ok && st.reply != nil {
+		// A repeated key: the stored answer, and the instance brought to
+		// the state after the step (restored, or stepped as a replay so
+		// an environment skips its side effects).
+		switch sn, canSnap := ss.env.(env.Snapshotter); {
+		case canSnap && st.state != nil:
+			if err := sn.Restore(ctx, st.state); err != nil {
+				return nil, err
+			}
+		case !ss.applied[req.Key]:
+			if _, err := s.apply(env.WithReplay(ctx), ss, req); err != nil {
+				return nil, err
+			}
+		}
+		ss.applied[req.Key] = true
+		return *st.reply, nil
+	}
+	rep, err := s.apply(ctx, ss, req)
+	if err != nil {
+		return nil, err
+	}
+	st := storedStep{reply: &rep}
+	if sn, ok := ss.env.(env.Snapshotter); ok {
+		if st.state, err = sn.Snapshot(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.keys.put(req.Key, st, s.maxKeys())
+	ss.applied[req.Key] = true
+	return rep, nil
+}
+
+// apply takes one step of the session's environment.
+func (s *Server) apply(ctx context.Context, ss *session, req StepRequest) (StepReply, error) {
+	if me, ok := ss.env.(env.MessageEnvironment); ok && req.Message != nil {
+		res, err := me.StepMessage(ctx, *req.Message)
+		if err != nil {
+			return StepReply{}, err
+		}
+		return StepReply{StepResult: env.StepResult{Observation: env.RenderMessages(res.Messages), Reward: res.Reward,
+			Done: res.Done, Success: res.Success, Info: res.Info}, Messages: res.Messages}, nil
+	}
+	res, err := ss.env.Step(ctx, req.Action)
+	if err != nil {
+		return StepReply{}, err
+	}
+	rep := StepReply{StepResult: res}
+	if req.Message != nil && res.Observation != "" {
+		rep.Messages = []env.Message{{Role: "user", Content: res.Observation}}
+	}
+	return rep, nil
 }
 
 func (s *Server) snapshot(ctx context.Context, body []byte) (any, error) {

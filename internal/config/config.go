@@ -50,7 +50,12 @@ type Data struct {
 
 // Env configures the environment.
 type Env struct {
-	Name string `yaml:"name" doc:"environment name"`
+	Kind        string   `yaml:"kind" enum:"builtin|http|agent" doc:"builtin: an environment of this binary; http: a server speaking the HTTP environment protocol (docs/protocols.md) at env.url; agent: env.command run per rollout against a loopback OpenAI endpoint"`
+	Name        string   `yaml:"name" doc:"environment name (for http: sent to the server, which may serve several)"`
+	URL         string   `yaml:"url" doc:"base URL of the environment server, for kind http"`
+	TimeoutS    float64  `yaml:"timeout_s" doc:"seconds one environment request may take before it is an infra failure, for kind http"`
+	MaxSessions int      `yaml:"max_sessions" doc:"environment sessions open at once, for kind http; 0 = one per rollout in flight"`
+	Command     []string `yaml:"command" doc:"argv of the agent program started per rollout, for kind agent (docs/protocols.md, external agents)"`
 	// Params is the one free-form section: its keys belong to the
 	// environment, which validates them itself.
 	Params map[string]any `yaml:"params" doc:"environment-specific settings; the only section where any key is allowed"`
@@ -130,6 +135,7 @@ type Warmstart struct {
 	Steps     int     `yaml:"steps" doc:"warm-start optimizer steps"`
 	BatchSize int     `yaml:"batch_size" doc:"demonstrations per warm-start step"`
 	LR        float64 `yaml:"lr" doc:"warm-start learning rate"`
+	Data      string  `yaml:"data" doc:"JSONL file of demonstrations ({\"task\": {...}, \"calls\": [\"...\"]} lines); empty = the environment's built-in oracle"`
 }
 
 // Checkpointing configures trainer checkpoints.
@@ -189,7 +195,7 @@ func Default() *Config {
 	return &Config{
 		Run:  Run{Seed: 1, Mode: "deterministic", MaxSteps: 200, MaxLag: 1, LogEvery: 10},
 		Data: Data{Source: "builtin", NumPrompts: 4096, Shuffle: true},
-		Env:  Env{Name: "ledger", Params: map[string]any{}},
+		Env:  Env{Kind: "builtin", Name: "ledger", TimeoutS: 30, Command: []string{}, Params: map[string]any{}},
 		Model: Model{Layers: 2, Dim: 128, Heads: 4, Hidden: 352, Context: 128,
 			Positions: "rope"},
 		GRPO: GRPO{NumPromptsPerStep: 8, NumGenerationsPerPrompt: 8, Estimator: "grpo",

@@ -31,6 +31,7 @@ func (c *Config) Validate() error {
 	}
 
 	v.nonEmpty("env.name", c.Env.Name)
+	v.env(c)
 	// The digest hashes params as JSON; YAML allows keys JSON does not.
 	if _, err := json.Marshal(c.Env.Params); err != nil {
 		v.failf("env.params", "must have string keys at every level: %w", err)

@@ -100,6 +100,14 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if reg == nil {
 		reg = env.Builtin()
 	}
+	if reg, err = Environments(cfg, reg); err != nil {
+		return err
+	}
+	runID, err := RunID(dir)
+	if err != nil {
+		return err
+	}
+	ctx = env.WithRun(ctx, runID)
 	ds, err := Dataset(cfg, reg)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -136,7 +137,15 @@ func EmbeddedTrainer(ctx context.Context, cfg *config.Config, checkpoint string,
 	if checkpoint != "" {
 		return t, t.LoadCheckpoint(ctx, checkpoint)
 	}
-	if err := WarmStart(ctx, cfg, env.Builtin(), t.Model(), log); err != nil && !errors.Is(err, context.Canceled) {
+	// The environments of the config (a served one too); a trainer process
+	// has no run directory, so the warm start's keys name the config.
+	reg, err := Environments(cfg, env.Builtin())
+	if err != nil {
+		return nil, err
+	}
+	d := config.Digest(cfg)
+	ctx = env.WithRun(ctx, "cfg"+hex.EncodeToString(d[:8]))
+	if err := WarmStart(ctx, cfg, reg, t.Model(), log); err != nil && !errors.Is(err, context.Canceled) {
 		return nil, err
 	}
 	return t, nil

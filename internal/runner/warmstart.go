@@ -28,9 +28,15 @@ var oracles = map[string]func(summaryRequest string) gen.Generator{
 // layout RL trains on. Tasks are drawn from their own seed stream, apart
 // from the RL dataset.
 func Demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int) ([]train.Row, error) {
+	// The warm start's episodes are not the run's: their environment keys
+	// get a run id of their own.
+	ctx = env.WithRun(ctx, env.RunOf(ctx)+"-warmstart")
+	if cfg.Warmstart.Data != "" {
+		return fileDemos(ctx, cfg, reg, n)
+	}
 	mk, ok := oracles[cfg.Env.Name]
 	if !ok {
-		return nil, fmt.Errorf("warmstart: environment %q has no demonstration oracle; set warmstart.enabled: false", cfg.Env.Name)
+		return nil, fmt.Errorf("warmstart: environment %q has no demonstration oracle; set warmstart.data to a demonstrations file or warmstart.enabled: false", cfg.Env.Name)
 	}
 	params, err := controller.EnvParams(cfg)
 	if err != nil {

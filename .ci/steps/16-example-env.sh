@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The example HTTP environment (examples/envs/notebook_env.py, Python
+# standard library only) on 127.0.0.1, and a short bounded `longhaul train`
+# against it from examples/envs/notebook.yaml; then the environment's
+# journal must hold no effect twice. The SIGKILL scenarios (environment
+# and trainer killed mid-run) are Go tests in internal/crashtest
+# (TestPythonEnvKilledMidRun, TestEnvEffectsOnceUnderKills).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+work=$(mktemp -d)
+bin="$work/longhaul"
+timeout 300 go build -o "$bin" ./cmd/longhaul
+
+port=$(timeout 10 "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+timeout 600 "$PY" examples/envs/notebook_env.py --port "$port" --journal "$work/journal.jsonl" >"$work/env.log" 2>&1 &
+envpid=$!
+trap 'kill "$envpid" 2>/dev/null || true; rm -rf "$work"' EXIT
+for _ in $(seq 100); do
+  timeout 2 curl -sf "http://127.0.0.1:$port/stats" >/dev/null && break
+  sleep 0.1
+done
+
+timeout 300 "$bin" train --config examples/envs/notebook.yaml --run-dir "$work/run" --no-progress --log-level warn \
+  "env.url=http://127.0.0.1:$port" run.max_steps=3 warmstart.steps=20
+
+stats=$(timeout 5 curl -sf "http://127.0.0.1:$port/stats")
+echo "environment: $stats"
+timeout 10 "$PY" - "$stats" <<'PYEOF'
+import json, sys
+s = json.loads(sys.argv[1])
+assert s["effects"] > 0, "the run made no environment steps"
+assert not s["repeated"], "effects repeated: %s" % s["repeated"][:5]
+PYEOF
+kill "$envpid"
+wait "$envpid" 2>/dev/null || true
+echo "example environment: ok"

@@ -1,0 +1,133 @@
+package agentenv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/env/agentenv"
+	"github.com/longhaul-rl/longhaul/gen"
+	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
+	"github.com/longhaul-rl/longhaul/runlog"
+)
+
+func agentCommand(t *testing.T) []string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3: the example agent cannot run")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	return []string{py, filepath.Join(filepath.Dir(file), "..", "..", "examples", "agents", "ledger_agent.py")}
+}
+
+// gen answers from the prompt alone (deterministic), counting calls.
+func generator() *rollouttest.Func {
+	return &rollouttest.Func{Reply: func(r gen.Request) (string, error) { return fmt.Sprint(len(r.Prompt) % 10), nil }}
+}
+
+func spec(t *testing.T, cmd []string, g gen.Generator, rec rollout.Recorder) rollout.Spec {
+	reg := env.Builtin()
+	task, err := reg.Task("ledger", nil, 4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rollout.Spec{Seed: 1, Rollout: runlog.RolloutID{Group: 1}, Attempt: 1, Task: task,
+		NewEnv:    func(context.Context) (env.Environment, error) { return &agentenv.Env{Command: cmd}, nil },
+		Generator: g, Recorder: rec,
+		Limits: rollout.Limits{MaxTokensPerCall: 4, ContextBudget: 120, MaxTurns: 20}}
+}
+
+// TestAgentReplayAtEveryCut: an external agent's rollout resumed from any
+// prefix of its log answers the logged calls from the log (the generator
+// is asked only for calls past it) and ends with exactly the log of the
+// uninterrupted rollout.
+func TestAgentReplayAtEveryCut(t *testing.T) {
+	cmd := agentCommand(t)
+	ctx := context.Background()
+	rec := &rollouttest.Recorder{}
+	g := generator()
+	res, err := rollout.Run(ctx, spec(t, cmd, g, rec), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := rec.Events()
+	if res.Outcome != runlog.OutcomeCompleted || res.Calls < 10 || g.Calls() != res.Calls {
+		t.Fatalf("uninterrupted: %+v, %d generator calls", res, g.Calls())
+	}
+	for _, k := range []int{0, 1, 2, len(full) / 2, len(full) - 2, len(full) - 1, len(full)} {
+		prior := slices.Clone(full[:k])
+		rec := &rollouttest.Recorder{}
+		g := generator()
+		if _, err := rollout.Run(ctx, spec(t, cmd, g, rec), prior); err != nil {
+			t.Fatalf("cut %d: %v", k, err)
+		}
+		got := append(prior, rec.Events()...)
+		if d := cmp.Diff(full, got); d != "" {
+			t.Fatalf("cut %d: log differs (-want +got):\n%s", k, d)
+		}
+		live := 0
+		for _, ev := range full[k:] {
+			if _, ok := ev.(runlog.CallFinished); ok {
+				live++
+			}
+		}
+		if g.Calls() != live {
+			t.Fatalf("cut %d: generator asked %d times, want %d (the calls past the log)", k, g.Calls(), live)
+		}
+	}
+}
+
+// TestAgentDivergence: a log whose calls the agent does not make again is
+// a divergence (the controller restarts the attempt), never a mix.
+func TestAgentDivergence(t *testing.T) {
+	cmd := agentCommand(t)
+	ctx := context.Background()
+	rec := &rollouttest.Recorder{}
+	if _, err := rollout.Run(ctx, spec(t, cmd, generator(), rec), nil); err != nil {
+		t.Fatal(err)
+	}
+	prior := rec.Events()[:3]
+	c := prior[1].(runlog.CallFinished)
+	c.Sampled = append(tokenizer.Encode("x"), c.Sampled...) // the agent will echo another reply
+	c.Logprobs = append([]float32{-1}, c.Logprobs...)
+	prior[1] = c
+	rec2 := &rollouttest.Recorder{}
+	_, err := rollout.Run(ctx, spec(t, cmd, generator(), rec2), prior)
+	if !errors.Is(err, rollout.ErrDiverged) || rollout.ClassOf(err) != runlog.ClassData {
+		t.Fatalf("err = %v, want a data failure wrapping ErrDiverged", err)
+	}
+}
+
+// TestAgentFailures: an agent that exits non-zero is a data failure with
+// its last stderr lines; one that exits 0 without a reward too.
+func TestAgentFailures(t *testing.T) {
+	py := agentCommand(t)[0]
+	for _, tc := range []struct {
+		script, want string
+	}{
+		{"import sys; sys.stderr.write('line1\\nagent broke: no key\\n'); sys.exit(3)", "agent broke: no key"},
+		{"pass", "without posting its reward"},
+	} {
+		rec := &rollouttest.Recorder{}
+		_, err := rollout.Run(context.Background(), spec(t, []string{py, "-c", tc.script}, generator(), rec), nil)
+		if rollout.ClassOf(err) != runlog.ClassData || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%q: err = %v, want a data failure with %q", tc.script, err, tc.want)
+		}
+		evs := rec.Events()
+		if f, ok := evs[len(evs)-1].(runlog.RolloutFailed); !ok || f.Class != runlog.ClassData || !strings.Contains(f.Reason, tc.want) {
+			t.Fatalf("%q: last event %+v, want RolloutFailed (data) with %q", tc.script, evs[len(evs)-1], tc.want)
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package agentenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/longhaul-rl/longhaul/env"
+)
+
+// handler is the per-rollout OpenAI-compatible endpoint.
+type handler struct {
+	call env.AgentCallFunc
+	ctx  context.Context
+	fail context.CancelCauseFunc
+
+	mu     sync.Mutex
+	n      int
+	res    env.AgentResult
+	posted bool
+	limit  bool
+}
+
+func (h *handler) result() (env.AgentResult, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.res, h.posted
+}
+
+func (h *handler) limited() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.limit
+}
+
+type chatRequest struct {
+	Model    string        `json:"model"`
+	Messages []chatMessage `json:"messages"`
+}
+
+// chatMessage accepts content as a string or as a list of text parts (the
+// OpenAI SDKs send both).
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+func (m chatMessage) text() (string, error) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", fmt.Errorf("content is neither a string nor a list of text parts")
+	}
+	out := ""
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("content part of type %q (only text is supported)", p.Type)
+		}
+		out += p.Text
+	}
+	return out, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func apiError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error", "code": code}})
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_body", "unreadable body")
+		return
+	}
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{"id": "longhaul", "object": "model"}}})
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
+		h.chat(w, body)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/longhaul/reward":
+		var rw struct {
+			Reward  *float64 `json:"reward"`
+			Success bool     `json:"success"`
+		}
+		if err := json.Unmarshal(body, &rw); err != nil || rw.Reward == nil {
+			apiError(w, http.StatusBadRequest, "bad_reward", `want {"reward": number, "success": bool}`)
+			return
+		}
+		h.mu.Lock()
+		h.res, h.posted = env.AgentResult{Reward: *rw.Reward, Success: rw.Success}, true
+		h.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{})
+	default:
+		apiError(w, http.StatusNotFound, "not_found", "no endpoint "+r.Method+" "+r.URL.Path)
+	}
+}
+
+func (h *handler) chat(w http.ResponseWriter, body []byte) {
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		apiError(w, http.StatusBadRequest, "bad_body", "bad request body: "+err.Error())
+		return
+	}
+	c := env.AgentCall{Messages: make([]env.Message, len(req.Messages))}
+	for i, m := range req.Messages {
+		text, err := m.text()
+		if err != nil {
+			apiError(w, http.StatusBadRequest, "bad_message", fmt.Sprintf("messages[%d]: %v", i, err))
+			return
+		}
+		c.Messages[i] = env.Message{Role: m.Role, Content: text}
+	}
+	rep, err := h.call(h.ctx, c)
+	switch {
+	case errors.Is(err, env.ErrAgentLimit):
+		h.mu.Lock()
+		h.limit = true
+		h.mu.Unlock()
+		apiError(w, http.StatusBadRequest, "context_length_exceeded", err.Error())
+		return
+	case err != nil:
+		// Not the agent's to handle (the log diverged, the generator is
+		// down): end the attempt with this error.
+		h.fail(err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]any{"message": err.Error(), "type": "server_error"}})
+		return
+	}
+	h.mu.Lock()
+	h.n++
+	id := fmt.Sprintf("chatcmpl-%d", h.n)
+	h.mu.Unlock()
+	model := req.Model
+	if model == "" {
+		model = "longhaul"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": id, "object": "chat.completion", "created": 0, "model": model,
+		"choices": []any{map[string]any{"index": 0, "finish_reason": rep.Finish,
+			"message": map[string]any{"role": "assistant", "content": rep.Text}}},
+		"usage": map[string]any{"prompt_tokens": rep.PromptTokens, "completion_tokens": rep.CompletionTokens,
+			"total_tokens": rep.PromptTokens + rep.CompletionTokens},
+	})
+}
