@@ -2,6 +2,7 @@
 // Reads a JSON request on stdin, writes a JSON answer on stdout.
 //   node ref.mjs encode MODEL   stdin: ["text", ...]  -> [{ids, text}, ...]
 //   node ref.mjs template MODEL stdin: [{messages, tools, add_generation_prompt, kwargs}, ...] -> ["rendered" | {error}]
+//   node ref.mjs chat MODEL     stdin: like template          -> [[ids], ...] (rendered, then encoded)
 //   node ref.mjs bench MODEL    stdin: {text, reps}   -> {bytes, seconds}
 import { PreTrainedTokenizer } from '@huggingface/transformers';
 import { Template } from '@huggingface/jinja';
@@ -37,6 +38,18 @@ if (mode === 'encode') {
       return { error: String(e.message ?? e) };
     }
   });
+} else if (mode === 'chat') {
+  // render with @huggingface/jinja, then encode with transformers.js
+  const tmpl = new Template(tc.chat_template);
+  const tok = new PreTrainedTokenizer(tj, tc);
+  out = input.map((req) => tok.encode(tmpl.render({
+    messages: req.messages,
+    tools: req.tools ?? undefined,
+    add_generation_prompt: req.add_generation_prompt,
+    bos_token: tokenString(tc.bos_token),
+    eos_token: tokenString(tc.eos_token),
+    ...(req.kwargs ?? {}),
+  }), { add_special_tokens: false }));
 } else if (mode === 'bench') {
   const tok = new PreTrainedTokenizer(tj, tc);
   tok.encode(input.text.slice(0, 10000), { add_special_tokens: false }); // warm up

@@ -26,6 +26,18 @@ type Template struct {
 	t    *jinja.Template
 	// BOS and EOS are the bos_token/eos_token variables templates use.
 	BOS, EOS string
+	// NullToolCallContent gives an assistant message that only calls tools
+	// content None (OpenAI's null) instead of "". Templates disagree:
+	// DeepSeek-V3 renders tool calls only when `content is none`, Qwen3
+	// calls content.lstrip() and fails on None. Compile sets it when the
+	// template tests content for none.
+	NullToolCallContent bool
+	// StringArguments gives tool-call arguments as a JSON string (the
+	// OpenAI wire form) instead of a mapping. DeepSeek-V3 concatenates
+	// arguments into the prompt and needs the string; Llama 3.1 and Qwen3
+	// pipe them through tojson and need the mapping. Compile sets it when
+	// the template never applies tojson to arguments.
+	StringArguments bool
 }
 
 var _ tokenizer.TextTemplate = (*Template)(nil)
@@ -37,7 +49,9 @@ func Compile(name, src, bos, eos string) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat: %s: chat_template: %w", name, err)
 	}
-	return &Template{name: name, t: t, BOS: bos, EOS: eos}, nil
+	null := strings.Contains(src, "['content'] is none") || strings.Contains(src, "content is none")
+	str := strings.Contains(src, "arguments") && !strings.Contains(src, "arguments | tojson") && !strings.Contains(src, "arguments|tojson")
+	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str}, nil
 }
 
 // Render renders msgs. A raise_exception in the template comes back as an
@@ -49,7 +63,7 @@ func (t *Template) Render(msgs []tokenizer.Message, opt tokenizer.RenderOptions)
 	}
 	list := make([]jinja.Value, len(msgs))
 	for i, m := range msgs {
-		v, err := messageValue(m)
+		v, err := t.messageValue(m)
 		if err != nil {
 			return "", fmt.Errorf("chat: messages[%d]: %w", i, err)
 		}
@@ -96,11 +110,15 @@ var (
 // messageValue builds the mapping a template sees for one message, in the
 // OpenAI shape: tool_calls[i] = {id, type: "function", function: {name,
 // arguments}}.
-func messageValue(m tokenizer.Message) (jinja.Value, error) {
+func (t *Template) messageValue(m tokenizer.Message) (jinja.Value, error) {
 	d := jinja.NewDict()
 	dd := d.AsDict()
 	dd.Set("role", jinja.NewString(m.Role))
-	dd.Set("content", jinja.NewString(m.Content))
+	if t.NullToolCallContent && contentIsNull(m) {
+		dd.Set("content", jinja.None())
+	} else {
+		dd.Set("content", jinja.NewString(m.Content))
+	}
 	if m.ReasoningContent != "" {
 		dd.Set("reasoning_content", jinja.NewString(m.ReasoningContent))
 	}
@@ -108,7 +126,9 @@ func messageValue(m tokenizer.Message) (jinja.Value, error) {
 		calls := make([]jinja.Value, len(m.ToolCalls))
 		for i, c := range m.ToolCalls {
 			args := jinja.NewDict()
-			if len(c.Arguments) > 0 {
+			if t.StringArguments {
+				args = jinja.NewString(lsHide.Replace(compactJSON(c.Arguments)))
+			} else if len(c.Arguments) > 0 {
 				var err error
 				if args, err = jsonValue(c.Arguments); err != nil {
 					return jinja.Value{}, fmt.Errorf("tool_calls[%d].arguments: %w", i, err)
@@ -225,4 +245,85 @@ func (c Chat) RenderTokens(_ context.Context, msgs []tokenizer.Message, opt toke
 		return nil, err
 	}
 	return c.Tok.Encode(s), nil
+}
+
+// contentIsNull: an assistant message that only calls tools has content
+// null in the OpenAI format.
+func contentIsNull(m tokenizer.Message) bool {
+	return m.Role == "assistant" && m.Content == "" && len(m.ToolCalls) > 0
+}
+
+// WireMessage is the OpenAI JSON shape of a message that templates, vLLM's
+// /tokenize and the JavaScript reference take: the mapping Render builds,
+// in the same key order.
+type WireMessage struct {
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	ToolCalls        []WireCall `json:"tool_calls,omitempty"`
+	ToolCallID       string     `json:"tool_call_id,omitempty"`
+	Name             string     `json:"name,omitempty"`
+}
+
+// WireCall is one tool call in the OpenAI shape.
+type WireCall struct {
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type"`
+	Function WireFunction `json:"function"`
+}
+
+// WireFunction is a tool call's function.
+type WireFunction struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// Wire converts messages to the OpenAI JSON shape this template takes
+// (see NullToolCallContent and StringArguments).
+func (t *Template) Wire(msgs []tokenizer.Message) []WireMessage {
+	out := make([]WireMessage, len(msgs))
+	for i, m := range msgs {
+		w := WireMessage{Role: m.Role, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID, Name: m.Name}
+		if !t.NullToolCallContent || !contentIsNull(m) {
+			c := m.Content
+			w.Content = &c
+		}
+		for _, c := range m.ToolCalls {
+			args := c.Arguments
+			if len(args) == 0 {
+				args = json.RawMessage(`{}`)
+			}
+			if t.StringArguments {
+				args, _ = json.Marshal(compactJSON(args))
+			}
+			w.ToolCalls = append(w.ToolCalls, WireCall{ID: c.ID, Type: "function", Function: WireFunction{Name: c.Name, Arguments: args}})
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// compactJSON is the arguments object as a string, as written (whitespace
+// kept: it is what the model wrote or the caller gave).
+func compactJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "{}"
+	}
+	return string(raw)
+}
+
+// Unwire converts OpenAI-shaped messages back.
+func Unwire(ws []WireMessage) []tokenizer.Message {
+	out := make([]tokenizer.Message, len(ws))
+	for i, w := range ws {
+		m := tokenizer.Message{Role: w.Role, ReasoningContent: w.ReasoningContent, ToolCallID: w.ToolCallID, Name: w.Name}
+		if w.Content != nil {
+			m.Content = *w.Content
+		}
+		for _, c := range w.ToolCalls {
+			m.ToolCalls = append(m.ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+		out[i] = m
+	}
+	return out
 }

@@ -12,45 +12,8 @@ import (
 	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
 )
 
-// jsMessage is the JSON the reference gets for a message: the same shape
-// and key order messageValue builds.
-type jsMessage struct {
-	Role             string   `json:"role"`
-	Content          string   `json:"content"`
-	ReasoningContent string   `json:"reasoning_content,omitempty"`
-	ToolCalls        []jsCall `json:"tool_calls,omitempty"`
-	ToolCallID       string   `json:"tool_call_id,omitempty"`
-	Name             string   `json:"name,omitempty"`
-}
-
-type jsCall struct {
-	ID       string `json:"id,omitempty"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	} `json:"function"`
-}
-
-func toJS(msgs []tokenizer.Message) []jsMessage {
-	out := make([]jsMessage, len(msgs))
-	for i, m := range msgs {
-		out[i] = jsMessage{Role: m.Role, Content: m.Content, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID, Name: m.Name}
-		for _, c := range m.ToolCalls {
-			var j jsCall
-			j.ID, j.Type = c.ID, "function"
-			j.Function.Name, j.Function.Arguments = c.Name, c.Arguments
-			if len(c.Arguments) == 0 {
-				j.Function.Arguments = json.RawMessage(`{}`)
-			}
-			out[i].ToolCalls = append(out[i].ToolCalls, j)
-		}
-	}
-	return out
-}
-
 type request struct {
-	Messages            []jsMessage       `json:"messages"`
+	Messages            []WireMessage     `json:"messages"`
 	Tools               []json.RawMessage `json:"tools,omitempty"`
 	AddGenerationPrompt bool              `json:"add_generation_prompt"`
 	Kwargs              map[string]any    `json:"kwargs,omitempty"`
@@ -147,7 +110,7 @@ func TestTemplateParity(t *testing.T) {
 			var convs [][]tokenizer.Message
 			for i := 0; i < n; i++ {
 				msgs, tools := Conversation(r, text, false)
-				req := request{Messages: toJS(msgs), Tools: tools, AddGenerationPrompt: msgs[len(msgs)-1].Role == "user"}
+				req := request{Messages: tmpl.Wire(msgs), Tools: tools, AddGenerationPrompt: msgs[len(msgs)-1].Role == "user"}
 				if r.IntN(2) == 0 {
 					req.Kwargs = map[string]any{"enable_thinking": r.IntN(2) == 0}
 				}
