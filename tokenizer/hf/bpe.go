@@ -38,6 +38,11 @@ func (m *bpe) appendPiece(dst []int32, piece string, scratch []int32) ([]int32, 
 	if len(piece) > heapThreshold {
 		return m.mergeLong(dst, piece), scratch
 	}
+	return m.mergeShort(dst, piece, scratch)
+}
+
+// mergeShort is the quadratic merge for short pieces, in place in scratch.
+func (m *bpe) mergeShort(dst []int32, piece string, scratch []int32) ([]int32, []int32) {
 	sym := scratch[:0]
 	for i := 0; i < len(piece); i++ {
 		sym = append(sym, m.byteID[piece[i]])
