@@ -21,7 +21,9 @@ var tools = []json.RawMessage{
 
 var chats = map[string]chat.Chat{} // loaded once per test binary
 
-func loadChat(t *testing.T, model string) chat.Chat {
+func loadChatB(b *testing.B, model string) chat.Chat { return loadChat(b, model) }
+
+func loadChat(t testing.TB, model string) chat.Chat {
 	t.Helper()
 	if c, ok := chats[model]; ok {
 		return c
