@@ -194,7 +194,6 @@ type loop struct {
 	open, genPrompt, stops []int32
 }
 
-
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 	if s.Generator == nil || s.Recorder == nil || s.NewEnv == nil {
 		return nil, fmt.Errorf("rollout: spec needs Generator, Recorder and NewEnv")
