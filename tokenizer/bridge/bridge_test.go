@@ -186,6 +186,12 @@ func TestTwentyTurnsTokenExact(t *testing.T) {
 				if mode == Rerender && boundaries != diverged || mode == Append && boundaries != 0 {
 					t.Fatalf("boundaries %d, divergences %d in mode %s", boundaries, diverged, mode)
 				}
+				if mode == Rerender {
+					// the full renders are the same in both modes: one
+					// comparison with the reference is enough
+					t.Logf("20 turns, %d tokens, %d divergences, %d boundaries", len(b.Prompt()), diverged, boundaries)
+					return
+				}
 				var ref [][]int32
 				tokref.Run(t, reqs, &ref, "chat", s.model)
 				for i := range fulls {

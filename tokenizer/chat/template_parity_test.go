@@ -74,9 +74,9 @@ func Conversation(r *rand.Rand, text func() string, singleCall bool) ([]tokenize
 // template and compares with @huggingface/jinja, byte for byte (errors
 // raised by the template must be raised by both).
 func TestTemplateParity(t *testing.T) {
-	n := 300
-	if testing.Short() {
-		n = 60
+	n := 60
+	if tokref.Full() {
+		n = 300
 	}
 	for _, model := range tokref.Models {
 		t.Run(model, func(t *testing.T) {

