@@ -2,6 +2,7 @@ package hf
 
 import (
 	"slices"
+	"unicode/utf8"
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
@@ -25,6 +26,7 @@ func TestEncodeParity(t *testing.T) {
 				specials = append(specials, a.Content)
 			}
 			in := tokref.Strings(uint64(len(model)), n, specials)
+			in = append(in, unreachable(tok, 200)...)
 			var ref []struct {
 				IDs  []int32 `json:"ids"`
 				Text string  `json:"text"`
@@ -69,4 +71,21 @@ func TestEncodeParity(t *testing.T) {
 			t.Logf("%d strings identical to @huggingface/transformers", len(in))
 		})
 	}
+}
+
+// unreachable returns up to n vocabulary entries (as text) that the merges
+// do not build as one token: with Llama 3's ignore_merges they still encode
+// as one token, without it they do not; generated text rarely hits them.
+func unreachable(tok *Tokenizer, n int) []string {
+	var out []string
+	for id := int32(0); int(id) < len(tok.decode) && len(out) < n; id++ {
+		raw := tok.decode[id]
+		if raw == "" || len(raw) > heapThreshold || !utf8.ValidString(raw) || tok.model.vocab[raw] != id {
+			continue
+		}
+		if got, _ := tok.model.mergeShort(nil, raw, nil); len(got) != 1 {
+			out = append(out, raw)
+		}
+	}
+	return out
 }
