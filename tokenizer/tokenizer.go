@@ -83,3 +83,23 @@ type Chat interface {
 type TextTemplate interface {
 	Render(msgs []Message, opt RenderOptions) (string, error)
 }
+
+// Encoding is a text with its ids and the points where encoding restarts
+// (after each added token), so a text sharing a long prefix with it is
+// re-encoded only from the last safe point: the bridge's per-turn cost.
+type Encoding struct {
+	Text string
+	IDs  []int32
+	Cuts []Cut
+}
+
+// Cut is a restart point: Text is a byte offset in Encoding.Text, ID the
+// number of ids that encode Text[:Text].
+type Cut struct{ Text, ID int }
+
+// IncrementalChat is a Chat that can re-render reusing a previous
+// encoding (optional; tokenizer/chat implements it for tokenizer/hf).
+type IncrementalChat interface {
+	Chat
+	RenderEncoding(ctx context.Context, msgs []Message, opt RenderOptions, prev *Encoding) (*Encoding, error)
+}

@@ -58,6 +58,22 @@ type Bridge struct {
 	stops  []int32
 	msgs   []tokenizer.Message
 	record []int32
+	// last is the latest full render's encoding, reused by an
+	// IncrementalChat so a turn re-encodes only the changed tail.
+	last *tokenizer.Encoding
+}
+
+// render renders msgs, reusing prev when the chat is incremental.
+func (b *Bridge) render(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) ([]int32, *tokenizer.Encoding, error) {
+	if ic, ok := b.chat.(tokenizer.IncrementalChat); ok {
+		e, err := ic.RenderEncoding(ctx, msgs, opt, prev)
+		if err != nil {
+			return nil, nil, err
+		}
+		return e.IDs, e, nil
+	}
+	ids, err := b.chat.RenderTokens(ctx, msgs, opt)
+	return ids, nil, err
 }
 
 // New renders the opening messages with the generation prompt.
@@ -97,12 +113,12 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 	hist := append(slices.Clone(b.msgs), msg)
 	closed := b.opt
 	closed.AddGenerationPrompt = false
-	h, err := b.chat.RenderTokens(ctx, hist, closed)
+	h, hEnc, err := b.render(ctx, hist, closed, b.last)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render without new messages: %w", err)
 	}
 	all := append(slices.Clone(hist), next...)
-	f, err := b.chat.RenderTokens(ctx, all, b.opt)
+	f, fEnc, err := b.render(ctx, all, b.opt, hEnc)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render with new messages: %w", err)
 	}
@@ -139,7 +155,7 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 	default:
 		return Turn{}, fmt.Errorf("bridge: the template re-renders history in a way the new messages cannot be separated from; set tokenizer.history: rerender")
 	}
-	b.msgs, b.record = all, t.Prompt
+	b.msgs, b.record, b.last = all, t.Prompt, fEnc
 	return t, nil
 }
 

@@ -232,7 +232,26 @@ type Chat struct {
 	Tok      tokenizer.Tokenizer
 }
 
-var _ tokenizer.Chat = Chat{}
+var _ tokenizer.IncrementalChat = Chat{}
+
+// incremental is a tokenizer that can re-encode from a previous encoding
+// (tokenizer/hf).
+type incremental interface {
+	EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding
+}
+
+// RenderEncoding renders msgs and encodes the text reusing prev where the
+// tokenizer supports it (else it encodes the whole text).
+func (c Chat) RenderEncoding(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) (*tokenizer.Encoding, error) {
+	s, err := c.Template.Render(msgs, opt)
+	if err != nil {
+		return nil, err
+	}
+	if inc, ok := c.Tok.(incremental); ok {
+		return inc.EncodeFrom(prev, s), nil
+	}
+	return &tokenizer.Encoding{Text: s, IDs: c.Tok.Encode(s)}, nil
+}
 
 // Tokenizer returns the tokenizer.
 func (c Chat) Tokenizer() tokenizer.Tokenizer { return c.Tok }

@@ -58,3 +58,22 @@ func FuzzEncode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEncodeFrom: re-encoding from a previous encoding of a text that
+// shares a prefix gives exactly Encode's ids.
+func FuzzEncodeFrom(f *testing.F) {
+	tok := fuzzTokenizer(f)
+	f.Add("<|im_start|>user\nhi<|im_end|>\n", "<|im_start|>assistant\nok<|im_end|>\n")
+	f.Add("a<|im_end|>b", "<|im_end|><|im_end|>")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		prev := tok.EncodeFrom(nil, a)
+		if !slices.Equal(prev.IDs, tok.Encode(a)) {
+			t.Fatalf("EncodeFrom(nil, %q) differs from Encode", a)
+		}
+		for _, s := range []string{a + b, a[:len(a)/2] + b, b + a} {
+			if got := tok.EncodeFrom(prev, s); !slices.Equal(got.IDs, tok.Encode(s)) {
+				t.Fatalf("EncodeFrom(%q, %q) differs from Encode", a, s)
+			}
+		}
+	})
+}

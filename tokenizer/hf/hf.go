@@ -29,6 +29,8 @@ type Tokenizer struct {
 	pre    []splitter
 	added  []addedToken
 	trie   *trieNode
+	// maxAdded is the longest added token's length in bytes.
+	maxAdded int
 	decode []string // id -> raw bytes (added tokens: their content)
 	stop   []int32
 
@@ -110,6 +112,7 @@ func Parse(data []byte, name string) (*Tokenizer, error) {
 			return nil, fmt.Errorf("hf: %s: added_tokens[%d].id: negative", name, i)
 		}
 		t.trie.insert(a.Content, i)
+		t.maxAdded = max(t.maxAdded, len(a.Content))
 		for int(a.ID) >= len(t.decode) {
 			t.decode = append(t.decode, "")
 		}
@@ -209,9 +212,54 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 
 // Encode returns the ids of text, matching added tokens; no BOS is added.
 func (t *Tokenizer) Encode(text string) []int32 {
-	out := make([]int32, 0, len(text)/3+4)
+	return t.encode(make([]int32, 0, len(text)/3+4), text, 0, nil)
+}
+
+// EncodeFrom encodes text reusing prev's ids up to the last restart point
+// that text cannot change: after an added token (without rstrip) that ends
+// at least the longest added token's length (+ one character, for
+// single_word) before where text and prev.Text first differ: an
+// added-token match looks that far ahead.
+// The result equals Encode(text) (FuzzEncodeFrom checks it).
+func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding {
+	e := &tokenizer.Encoding{Text: text}
+	start := 0
+	if prev != nil {
+		l := 0
+		for n := min(len(prev.Text), len(text)); l < n && prev.Text[l] == text[l]; l++ {
+		}
+		// Cuts are ascending: find the last with Text+maxAdded <= l.
+		k := sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].Text+t.maxAdded+utf8.UTFMax > l }) - 1
+		if k >= 0 {
+			c := prev.Cuts[k]
+			start = c.Text
+			e.IDs = append(make([]int32, 0, c.ID+(len(text)-start)/3+4), prev.IDs[:c.ID]...)
+			e.Cuts = append(e.Cuts, prev.Cuts[:k+1]...)
+		}
+	}
+	e.IDs = t.encode(e.IDs, text[start:], start, &e.Cuts)
+	return e
+}
+
+func sortSearch(n int, f func(int) bool) int {
+	lo, hi := 0, n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if !f(m) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// encode appends the ids of text (which starts at byte base of the whole
+// text) to out, recording restart points in cuts when it is not nil.
+func (t *Tokenizer) encode(out []int32, text string, base int, cuts *[]tokenizer.Cut) []int32 {
 	var pieces []string
 	var scratch []int32
+	total := len(text)
 	for len(text) > 0 {
 		start, end, ai := t.findAdded(text)
 		seg := text[:start]
@@ -243,6 +291,8 @@ func (t *Tokenizer) Encode(text string) []int32 {
 		text = text[end:]
 		if a.RStrip {
 			text = strings.TrimLeftFunc(text, unicode.IsSpace)
+		} else if cuts != nil {
+			*cuts = append(*cuts, tokenizer.Cut{Text: base + total - len(text), ID: len(out)})
 		}
 	}
 	return out
