@@ -24,15 +24,15 @@ import (
 // Tokenizer is a loaded Hugging Face tokenizer. It is immutable and safe for
 // concurrent use.
 type Tokenizer struct {
-	model  bpe
-	norm   []normalizer
-	pre    []splitter
-	added  []addedToken
-	trie   *trieNode
+	model bpe
+	norm  []normalizer
+	pre   []splitter
+	added []addedToken
+	trie  *trieNode
 	// maxAdded is the longest added token's length in bytes.
 	maxAdded int
-	decode []string // id -> raw bytes (added tokens: their content)
-	stop   []int32
+	decode   []string // id -> raw bytes (added tokens: their content)
+	stop     []int32
 
 	// Config is tokenizer_config.json's part that templates and stop logic
 	// need.

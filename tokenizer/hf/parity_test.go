@@ -2,8 +2,8 @@ package hf
 
 import (
 	"slices"
-	"unicode/utf8"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
 )
