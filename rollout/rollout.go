@@ -23,6 +23,7 @@ import (
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // Recorder makes an event durable; Record returns once it is.
@@ -86,6 +87,11 @@ type Spec struct {
 	// byte tokens, trimmed.
 	Parse  func(sampled []int32) string
 	Logger *slog.Logger
+	// Chat supplies the conversation's framing tokens (the opening, the
+	// generation prompt, the stop tokens); nil is the byte tokenizer's
+	// template (tokenizer/bytetok), the embedded model's. Message bodies
+	// are still rendered by compaction with the byte template.
+	Chat lhtok.Chat
 }
 
 // Result is how a rollout ended.
@@ -186,6 +192,11 @@ type loop struct {
 	// it, so an attempt that continues an episode repeats the keys of the
 	// steps an earlier attempt may have applied without logging.
 	episode uint32
+
+	// Framing from Spec.Chat: the tokens that open a conversation, the
+	// generation prompt after the messages, and the stop tokens (the first
+	// also closes a length-truncated reply).
+	open, genPrompt, stops []int32
 }
 
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
@@ -301,6 +312,11 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 		return Result{}, classify("env.new", err)
 	}
 	l.env = e
+	// The framing (generation prompt, stop tokens) serves both the loop's
+	// own calls and an external agent's.
+	if err := l.frame(ctx); err != nil {
+		return Result{}, Data("spec", err)
+	}
 	if a, ok := e.(env.Agent); ok {
 		return l.drive(ctx, a)
 	}
@@ -310,7 +326,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, classify("env.reset", err)
 	}
-	l.ctx = []int32{tokenizer.BOS}
+	l.ctx = slices.Clone(l.open)
 	if l.s.System != "" {
 		m, err := compaction.NewMessage(tokenizer.RoleSystem, l.s.System)
 		if err != nil {
@@ -340,7 +356,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 			}
 			return Result{}, err
 		}
-		prompt := append(l.ctx, tokenizer.Assistant)
+		prompt := l.promptOf(l.ctx)
 		if l.overBudget(len(prompt)) {
 			return l.seal(ctx, runlog.OutcomeMaxTokens)
 		}
@@ -389,18 +405,18 @@ func (l *loop) selectCall(ctx context.Context, prompt []int32, validate Validato
 
 func (l *loop) accept(prompt []int32, call runlog.CallFinished) {
 	l.prev = append(prompt[:len(prompt):len(prompt)], call.Sampled...)
-	toks := make([]int32, 0, len(call.Sampled)+2)
-	toks = append(toks, tokenizer.Assistant)
+	toks := make([]int32, 0, len(call.Sampled)+len(l.genPrompt)+1)
+	toks = append(toks, l.genPrompt...)
 	toks = append(toks, call.Sampled...)
-	if len(call.Sampled) == 0 || call.Sampled[len(call.Sampled)-1] != tokenizer.End {
+	if len(call.Sampled) == 0 || !slices.Contains(l.stops, call.Sampled[len(call.Sampled)-1]) {
 		// A length-truncated reply gets its end marker as prompt context;
 		// the context still extends prompt + sampled.
-		toks = append(toks, tokenizer.End)
+		toks = append(toks, l.stops[0])
 	}
 	l.msgs = append(l.msgs, compaction.Message{Role: tokenizer.RoleAssistant, Content: tokenizer.DecodeText(call.Sampled), Tokens: toks})
 	// The context is exactly prev (+ end marker): reuse it rather than
 	// re-render.
-	l.ctx = append(l.prev[:len(l.prev):len(l.prev)], toks[1+len(call.Sampled):]...)
+	l.ctx = append(l.prev[:len(l.prev):len(l.prev)], toks[len(l.genPrompt)+len(call.Sampled):]...)
 	l.lastSelected, l.hasCall = call.Call, true
 	l.sampled += len(call.Sampled)
 }
@@ -439,7 +455,7 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 		Temperature: l.s.Sampling.Temperature,
 		TopP:        l.s.Sampling.TopP,
 		TopK:        l.s.Sampling.TopK,
-		Stop:        []int32{tokenizer.End},
+		Stop:        slices.Clone(l.stops),
 		Seed:        SampleSeed(l.s.Seed, l.s.Rollout, idx),
 	}
 	out, err := l.s.Generator.Generate(ctx, []gen.Request{req})
@@ -568,7 +584,7 @@ func (l *loop) maybeCompact(ctx context.Context) error {
 			return err
 		}
 		l.appendMsg(req)
-		prompt := append(l.ctx, tokenizer.Assistant)
+		prompt := l.promptOf(l.ctx)
 		if l.overBudget(len(prompt)) {
 			return errOverBudget
 		}

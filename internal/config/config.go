@@ -29,6 +29,7 @@ type Config struct {
 	RolloutFailure       RolloutFailure       `yaml:"rollout_failure" doc:"retries, budgets and the stall watchdog"`
 	Generator            Generator            `yaml:"generator" doc:"where tokens are sampled"`
 	Trainer              Trainer              `yaml:"trainer" doc:"where the optimizer steps"`
+	Tokenizer            Tokenizer            `yaml:"tokenizer" doc:"tokenizer, chat template, history and tool-call parsing"`
 }
 
 // Run configures the run as a whole.
@@ -219,5 +220,6 @@ func Default() *Config {
 			CallTimeoutS: 60, RolloutTimeoutS: 600},
 		Generator: Generator{Kind: "embedded", URLs: []string{}},
 		Trainer:   Trainer{Kind: "embedded"},
+		Tokenizer: defaultTokenizer(),
 	}
 }

@@ -30,6 +30,7 @@ func (c *Config) Validate() error {
 		v.min("data.num_prompts", d.NumPrompts, 1)
 	}
 
+	c.validateTokenizer(v)
 	v.nonEmpty("env.name", c.Env.Name)
 	v.env(c)
 	// The digest hashes params as JSON; YAML allows keys JSON does not.

@@ -1,0 +1,348 @@
+// Package chat renders Hugging Face chat templates (Jinja, as written in
+// tokenizer_config.json) with github.com/ardanlabs/jinja, and pairs a
+// template with its tokenizer as a tokenizer.Chat.
+//
+// Messages, tools and tool-call arguments are handed to the template as
+// ordered mappings in the key order of their JSON, as Python and the
+// JavaScript reference see them, so `tojson` writes the same bytes.
+// Parity with @huggingface/jinja is tested on real templates
+// (template_parity_test.go).
+package chat
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/ardanlabs/jinja"
+	"github.com/longhaul-rl/longhaul/tokenizer"
+)
+
+// Template is a compiled chat template; safe for concurrent use.
+type Template struct {
+	name string
+	t    *jinja.Template
+	// BOS and EOS are the bos_token/eos_token variables templates use.
+	BOS, EOS string
+	// NullToolCallContent gives an assistant message that only calls tools
+	// content None (OpenAI's null) instead of "". Templates disagree:
+	// DeepSeek-V3 renders tool calls only when `content is none`, Qwen3
+	// calls content.lstrip() and fails on None. Compile sets it when the
+	// template tests content for none.
+	NullToolCallContent bool
+	// StringArguments gives tool-call arguments as a JSON string (the
+	// OpenAI wire form) instead of a mapping. DeepSeek-V3 concatenates
+	// arguments into the prompt and needs the string; Llama 3.1 and Qwen3
+	// pipe them through tojson and need the mapping. Compile sets it when
+	// the template never applies tojson to arguments.
+	StringArguments bool
+}
+
+var _ tokenizer.TextTemplate = (*Template)(nil)
+
+// Compile compiles a chat template; name (e.g. the config file) is used in
+// errors.
+func Compile(name, src, bos, eos string) (*Template, error) {
+	t, err := jinja.Compile(src)
+	if err != nil {
+		return nil, fmt.Errorf("chat: %s: chat_template: %w", name, err)
+	}
+	null := strings.Contains(src, "['content'] is none") || strings.Contains(src, "content is none")
+	str := strings.Contains(src, "arguments") && !strings.Contains(src, "arguments | tojson") && !strings.Contains(src, "arguments|tojson")
+	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str}, nil
+}
+
+// Render renders msgs. A raise_exception in the template comes back as an
+// error carrying its message.
+func (t *Template) Render(msgs []tokenizer.Message, opt tokenizer.RenderOptions) (string, error) {
+	data := make(map[string]jinja.Value, 8+len(opt.Kwargs))
+	for k, v := range opt.Kwargs {
+		data[k] = jinja.FromGoValue(v)
+	}
+	list := make([]jinja.Value, len(msgs))
+	for i, m := range msgs {
+		v, err := t.messageValue(m)
+		if err != nil {
+			return "", fmt.Errorf("chat: messages[%d]: %w", i, err)
+		}
+		list[i] = v
+	}
+	data["messages"] = jinja.NewList(list)
+	if len(opt.Tools) > 0 {
+		tools := make([]jinja.Value, len(opt.Tools))
+		for i, raw := range opt.Tools {
+			v, err := jsonValue(raw)
+			if err != nil {
+				return "", fmt.Errorf("chat: tools[%d]: %w", i, err)
+			}
+			tools[i] = v
+		}
+		data["tools"] = jinja.NewList(tools)
+	}
+	data["add_generation_prompt"] = jinja.NewBool(opt.AddGenerationPrompt)
+	if t.BOS != "" {
+		data["bos_token"] = jinja.NewString(t.BOS)
+	}
+	if t.EOS != "" {
+		data["eos_token"] = jinja.NewString(t.EOS)
+	}
+	out, err := t.t.RenderValues(data)
+	if err != nil {
+		return "", fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
+	}
+	return lsRestore.Replace(out), nil
+}
+
+// The engine's tojson escapes U+2028 and U+2029 (Go's encoding/json does, for
+// JavaScript embedding); Python's json.dumps(ensure_ascii=False), which HF
+// templates are written for, and the JS reference write them raw. Strings
+// decoded from JSON (tools, tool-call arguments: what templates pass to
+// tojson) carry them as the noncharacters U+FDD0/U+FDD1 through the render,
+// and the output gets them back. Input that already holds those
+// noncharacters is refused rather than silently changed.
+var (
+	lsHide    = strings.NewReplacer("\u2028", "\ufdd0", "\u2029", "\ufdd1")
+	lsRestore = strings.NewReplacer("\ufdd0", "\u2028", "\ufdd1", "\u2029")
+)
+
+// messageValue builds the mapping a template sees for one message, in the
+// OpenAI shape: tool_calls[i] = {id, type: "function", function: {name,
+// arguments}}.
+func (t *Template) messageValue(m tokenizer.Message) (jinja.Value, error) {
+	d := jinja.NewDict()
+	dd := d.AsDict()
+	dd.Set("role", jinja.NewString(m.Role))
+	if t.NullToolCallContent && contentIsNull(m) {
+		dd.Set("content", jinja.None())
+	} else {
+		dd.Set("content", jinja.NewString(m.Content))
+	}
+	if m.ReasoningContent != "" {
+		dd.Set("reasoning_content", jinja.NewString(m.ReasoningContent))
+	}
+	if len(m.ToolCalls) > 0 {
+		calls := make([]jinja.Value, len(m.ToolCalls))
+		for i, c := range m.ToolCalls {
+			args := jinja.NewDict()
+			if t.StringArguments {
+				args = jinja.NewString(lsHide.Replace(compactJSON(c.Arguments)))
+			} else if len(c.Arguments) > 0 {
+				var err error
+				if args, err = jsonValue(c.Arguments); err != nil {
+					return jinja.Value{}, fmt.Errorf("tool_calls[%d].arguments: %w", i, err)
+				}
+			}
+			fn := jinja.NewDict()
+			fn.AsDict().Set("name", jinja.NewString(c.Name))
+			fn.AsDict().Set("arguments", args)
+			call := jinja.NewDict()
+			if c.ID != "" {
+				call.AsDict().Set("id", jinja.NewString(c.ID))
+			}
+			call.AsDict().Set("type", jinja.NewString("function"))
+			call.AsDict().Set("function", fn)
+			calls[i] = call
+		}
+		dd.Set("tool_calls", jinja.NewList(calls))
+	}
+	if m.ToolCallID != "" {
+		dd.Set("tool_call_id", jinja.NewString(m.ToolCallID))
+	}
+	if m.Name != "" {
+		dd.Set("name", jinja.NewString(m.Name))
+	}
+	return d, nil
+}
+
+// jsonValue decodes JSON into jinja values keeping object key order.
+func jsonValue(raw json.RawMessage) (jinja.Value, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeValue(dec)
+	if err != nil {
+		return jinja.Value{}, err
+	}
+	if dec.More() {
+		return jinja.Value{}, fmt.Errorf("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder) (jinja.Value, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return jinja.Value{}, err
+	}
+	switch x := tok.(type) {
+	case json.Delim:
+		switch x {
+		case '{':
+			d := jinja.NewDict()
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				v, err := decodeValue(dec)
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				d.AsDict().Set(k.(string), v)
+			}
+			_, err := dec.Token()
+			return d, err
+		case '[':
+			var items []jinja.Value
+			for dec.More() {
+				v, err := decodeValue(dec)
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				items = append(items, v)
+			}
+			_, err := dec.Token()
+			return jinja.NewList(items), err
+		}
+	case string:
+		if strings.ContainsAny(x, "\ufdd0\ufdd1") {
+			return jinja.Value{}, fmt.Errorf("string holds the noncharacter U+FDD0 or U+FDD1")
+		}
+		return jinja.NewString(lsHide.Replace(x)), nil
+	case json.Number:
+		if !strings.ContainsAny(x.String(), ".eE") {
+			if n, err := x.Int64(); err == nil {
+				return jinja.NewInt(n), nil
+			}
+		}
+		f, err := x.Float64()
+		return jinja.NewFloat(f), err
+	case bool:
+		return jinja.NewBool(x), nil
+	case nil:
+		return jinja.None(), nil
+	}
+	return jinja.Value{}, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// Chat pairs a text template with its tokenizer.
+type Chat struct {
+	Template tokenizer.TextTemplate
+	Tok      tokenizer.Tokenizer
+}
+
+var _ tokenizer.IncrementalChat = Chat{}
+
+// incremental is a tokenizer that can re-encode from a previous encoding
+// (tokenizer/hf).
+type incremental interface {
+	EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding
+}
+
+// RenderEncoding renders msgs and encodes the text reusing prev where the
+// tokenizer supports it (else it encodes the whole text).
+func (c Chat) RenderEncoding(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) (*tokenizer.Encoding, error) {
+	s, err := c.Template.Render(msgs, opt)
+	if err != nil {
+		return nil, err
+	}
+	if inc, ok := c.Tok.(incremental); ok {
+		return inc.EncodeFrom(prev, s), nil
+	}
+	return &tokenizer.Encoding{Text: s, IDs: c.Tok.Encode(s)}, nil
+}
+
+// Tokenizer returns the tokenizer.
+func (c Chat) Tokenizer() tokenizer.Tokenizer { return c.Tok }
+
+// RenderTokens renders to text and encodes it (special tokens in the text
+// become their ids, no BOS is added: the template writes it).
+func (c Chat) RenderTokens(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions) ([]int32, error) {
+	s, err := c.Template.Render(msgs, opt)
+	if err != nil {
+		return nil, err
+	}
+	return c.Tok.Encode(s), nil
+}
+
+// contentIsNull: an assistant message that only calls tools has content
+// null in the OpenAI format.
+func contentIsNull(m tokenizer.Message) bool {
+	return m.Role == "assistant" && m.Content == "" && len(m.ToolCalls) > 0
+}
+
+// WireMessage is the OpenAI JSON shape of a message that templates, vLLM's
+// /tokenize and the JavaScript reference take: the mapping Render builds,
+// in the same key order.
+type WireMessage struct {
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	ToolCalls        []WireCall `json:"tool_calls,omitempty"`
+	ToolCallID       string     `json:"tool_call_id,omitempty"`
+	Name             string     `json:"name,omitempty"`
+}
+
+// WireCall is one tool call in the OpenAI shape.
+type WireCall struct {
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type"`
+	Function WireFunction `json:"function"`
+}
+
+// WireFunction is a tool call's function.
+type WireFunction struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// Wire converts messages to the OpenAI JSON shape this template takes
+// (see NullToolCallContent and StringArguments).
+func (t *Template) Wire(msgs []tokenizer.Message) []WireMessage {
+	out := make([]WireMessage, len(msgs))
+	for i, m := range msgs {
+		w := WireMessage{Role: m.Role, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID, Name: m.Name}
+		if !t.NullToolCallContent || !contentIsNull(m) {
+			c := m.Content
+			w.Content = &c
+		}
+		for _, c := range m.ToolCalls {
+			args := c.Arguments
+			if len(args) == 0 {
+				args = json.RawMessage(`{}`)
+			}
+			if t.StringArguments {
+				args, _ = json.Marshal(compactJSON(args))
+			}
+			w.ToolCalls = append(w.ToolCalls, WireCall{ID: c.ID, Type: "function", Function: WireFunction{Name: c.Name, Arguments: args}})
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// compactJSON is the arguments object as a string, as written (whitespace
+// kept: it is what the model wrote or the caller gave).
+func compactJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "{}"
+	}
+	return string(raw)
+}
+
+// Unwire converts OpenAI-shaped messages back.
+func Unwire(ws []WireMessage) []tokenizer.Message {
+	out := make([]tokenizer.Message, len(ws))
+	for i, w := range ws {
+		m := tokenizer.Message{Role: w.Role, ReasoningContent: w.ReasoningContent, ToolCallID: w.ToolCallID, Name: w.Name}
+		if w.Content != nil {
+			m.Content = *w.Content
+		}
+		for _, c := range w.ToolCalls {
+			m.ToolCalls = append(m.ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+		out[i] = m
+	}
+	return out
+}

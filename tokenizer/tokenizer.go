@@ -1,0 +1,105 @@
+// Package tokenizer defines how the rollout stack speaks to a model: a
+// Tokenizer (text <-> token ids, special tokens, stop tokens) and a Chat that
+// renders a conversation to the exact token ids the model was trained on.
+//
+// Implementations: the byte tokenizer of the embedded default
+// (tokenizer/bytetok), Hugging Face tokenizer.json + Jinja chat templates
+// (tokenizer/hf, tokenizer/chat) and the inference server's own rendering
+// (tokenizer/remote). The bridge (tokenizer/bridge) builds each turn's prompt
+// from these without ever re-tokenizing sampled text.
+//
+// This interface is shared with the model packages (#14): keep it small and
+// stable; add optional behaviour through new interfaces, not new methods.
+package tokenizer
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Tokenizer maps text to token ids and back.
+type Tokenizer interface {
+	// Encode returns the ids of text. Added/special tokens written in the
+	// text (e.g. "<|im_end|>") are matched as their ids, as a chat template's
+	// output requires; no BOS/EOS is added (Hugging Face
+	// add_special_tokens=False, which is how apply_chat_template tokenizes).
+	Encode(text string) []int32
+	// Decode returns the text of ids, special tokens included by content.
+	Decode(ids []int32) string
+	// VocabSize is one past the largest id.
+	VocabSize() int
+	// Special returns the added tokens (special or not) by content.
+	Special() []AddedToken
+	// StopTokens are the ids that end an assistant turn (eos, <|im_end|>,
+	// <|eot_id|>, generation_config.json's eos_token_id...).
+	StopTokens() []int32
+}
+
+// AddedToken is one token matched before the model's own splitting.
+type AddedToken struct {
+	ID      int32  `json:"id"`
+	Content string `json:"content"`
+	Special bool   `json:"special"`
+}
+
+// Message is one chat message in the OpenAI/Hugging Face shape templates
+// expect. Content is text; tool calls and reasoning are structured.
+type Message struct {
+	Role             string     `json:"role"`
+	Content          string     `json:"content"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID       string     `json:"tool_call_id,omitempty"`
+	Name             string     `json:"name,omitempty"`
+}
+
+// ToolCall is a function call written by the assistant. Arguments is the
+// JSON object of arguments (templates see it as a mapping, key order kept).
+type ToolCall struct {
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// RenderOptions are the inputs of a chat template besides the messages.
+type RenderOptions struct {
+	// Tools are JSON tool definitions ({"type":"function","function":{...}}).
+	Tools []json.RawMessage
+	// AddGenerationPrompt ends the render with the assistant header.
+	AddGenerationPrompt bool
+	// Kwargs are extra template variables (e.g. enable_thinking).
+	Kwargs map[string]any
+}
+
+// Chat renders conversations to token ids: a template and its tokenizer.
+type Chat interface {
+	Tokenizer() Tokenizer
+	// RenderTokens renders msgs to the token ids the model sees.
+	RenderTokens(ctx context.Context, msgs []Message, opt RenderOptions) ([]int32, error)
+}
+
+// TextTemplate is a chat template that renders to text (Jinja); a Chat
+// built from it encodes the text with its Tokenizer.
+type TextTemplate interface {
+	Render(msgs []Message, opt RenderOptions) (string, error)
+}
+
+// Encoding is a text with its ids and the points where encoding restarts
+// (after each added token), so a text sharing a long prefix with it is
+// re-encoded only from the last safe point: the bridge's per-turn cost.
+type Encoding struct {
+	Text string
+	IDs  []int32
+	Cuts []Cut
+}
+
+// Cut is a restart point: Text is a byte offset in Encoding.Text, ID the
+// number of ids that encode Text[:Text].
+type Cut struct{ Text, ID int }
+
+// IncrementalChat is a Chat that can re-render reusing a previous
+// encoding (optional; tokenizer/chat implements it for tokenizer/hf).
+type IncrementalChat interface {
+	Chat
+	RenderEncoding(ctx context.Context, msgs []Message, opt RenderOptions, prev *Encoding) (*Encoding, error)
+}
