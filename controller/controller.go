@@ -193,9 +193,41 @@ func (c *Controller) loop(ctx context.Context) error {
 				return err
 			}
 		}
+		if c.dataEnded(k) {
+			return c.endOfData(ctx, k)
+		}
 		if err := c.trainStep(ctx, k); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// dataEnded reports whether step k got no prompt because run.max_epochs
+// ran out: the run ends before it.
+func (c *Controller) dataEnded(k int64) bool {
+	if c.cfg.Run.MaxEpochs <= 0 {
+		return false
+	}
+	groups, _ := c.groupsFor(k)
+	return len(groups) == 0
+}
+
+// endOfData ends a run that stopped at run.max_epochs before step k: the
+// last trained step gets the final checkpoint that max_steps would have
+// given it (unless it has one).
+func (c *Controller) endOfData(ctx context.Context, k int64) error {
+	var last int64
+	var covered bool
+	c.o.Log.View(func(s *runlog.State) {
+		last = s.Step
+		for _, cp := range s.Checkpoints {
+			covered = covered || cp.Step == last
+		}
+	})
+	c.log.Info("run.max_epochs reached: the data is used up", "epochs", c.cfg.Run.MaxEpochs, "last_step", last, "next_step", k)
+	if c.cfg.Checkpointing.Enabled && last > 0 && !covered {
+		return c.checkpoint(ctx, last, nil)
 	}
 	return nil
 }
@@ -316,6 +348,9 @@ func (c *Controller) runThroughput(ctx context.Context, first, max, lag int64) e
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+		if c.dataEnded(k) {
+			return c.endOfData(ctx, k)
+		}
 		if err := c.checkStaleness(k, lag); err != nil {
 			return err
 		}
@@ -399,7 +434,7 @@ func (c *Controller) groupsFor(s int64) (out []*runlog.Group, cursor data.Cursor
 				out = append(out, g.Clone())
 			}
 		}
-		cursor = data.Cursor{Epoch: st.Epoch, Pos: st.NextCursor}
+		cursor = c.order.Normalize(data.Cursor{Epoch: st.Epoch, Pos: st.NextCursor})
 	})
 	return out, cursor
 }
@@ -477,6 +512,16 @@ func (c *Controller) admitFor(ctx context.Context, s int64) error {
 			}
 		}
 	}
+	if left := c.order.Left(cur, c.cfg.Run.MaxEpochs); int64(len(need)) > left {
+		// run.max_epochs: a step is admitted only whole (a spare only
+		// while data is left), so the data's tail that cannot fill a step
+		// is never admitted, like a data loader's drop_last.
+		if len(groups) == 0 {
+			need = nil
+		} else {
+			need = need[:max(0, min(int64(len(need)), left))]
+		}
+	}
 	if len(need) == 0 {
 		return nil
 	}
@@ -486,6 +531,7 @@ func (c *Controller) admitFor(ctx context.Context, s int64) error {
 		if err != nil {
 			return fmt.Errorf("controller: admitting a prompt for step %d: %w", s, err)
 		}
+		cur = c.order.Normalize(cur)
 		admit = append(admit, runlog.PromptAdmitted{Epoch: cur.Epoch, Cursor: cur.Pos, PromptID: p.ID,
 			Group: runlog.NewGroupID(c.cfg.Run.Seed, cur.Epoch, cur.Pos),
 			Size:  uint16(c.cfg.GRPO.NumGenerationsPerPrompt), Step: s, Replaces: rep})

@@ -444,7 +444,10 @@ func applyAdmit(s *State, v PromptAdmitted) error {
 	}
 	switch {
 	case v.Epoch == s.Epoch && v.Cursor == s.NextCursor:
-	case v.Epoch > s.Epoch && v.Cursor == 0:
+	case v.Epoch == s.Epoch+1 && v.Cursor == 0:
+		// The next epoch starts at its first position; an epoch is never
+		// skipped. (Whether the previous epoch was used up is the data's
+		// business: the log does not know the dataset's size.)
 	default:
 		return invalid("prompt %q at epoch %d cursor %d, but the cursor is at epoch %d position %d", v.PromptID, v.Epoch, v.Cursor, s.Epoch, s.NextCursor)
 	}

@@ -33,11 +33,12 @@ type Config struct {
 
 // Run configures the run as a whole.
 type Run struct {
-	Seed     uint64 `yaml:"seed" doc:"run seed; every random stream derives from it"`
-	Mode     string `yaml:"mode" enum:"deterministic|throughput" doc:"deterministic: fixed step schedule, bit-identical resume; throughput: timing may regroup steps"`
-	MaxSteps int    `yaml:"max_steps" doc:"optimizer steps to run"`
-	MaxLag   int    `yaml:"max_lag" doc:"how many versions a group's generating policy may trail the trained one"`
-	LogEvery int    `yaml:"log_every" doc:"print metrics every N steps"`
+	Seed      uint64 `yaml:"seed" doc:"run seed; every random stream derives from it"`
+	Mode      string `yaml:"mode" enum:"deterministic|throughput" doc:"deterministic: fixed step schedule, bit-identical resume; throughput: timing may regroup steps"`
+	MaxSteps  int    `yaml:"max_steps" doc:"optimizer steps to run"`
+	MaxEpochs int    `yaml:"max_epochs" doc:"passes over the dataset before the run ends (whichever of max_steps and max_epochs comes first); a step is trained only when all its prompts fit; 0 = no limit"`
+	MaxLag    int    `yaml:"max_lag" doc:"how many versions a group's generating policy may trail the trained one"`
+	LogEvery  int    `yaml:"log_every" doc:"print metrics every N steps"`
 }
 
 // Data configures the prompt dataset.

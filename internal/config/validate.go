@@ -19,6 +19,7 @@ func (c *Config) Validate() error {
 
 	r := c.Run
 	v.min("run.max_steps", r.MaxSteps, 1)
+	v.min("run.max_epochs", r.MaxEpochs, 0)
 	v.min("run.max_lag", r.MaxLag, 0)
 	v.min("run.log_every", r.LogEvery, 1)
 
