@@ -109,6 +109,7 @@ type Controller struct {
 
 	genTime     atomic.Int64 // nanoseconds spent generating since the last step
 	lateResults atomic.Int64 // events of fenced attempts, refused by the log
+	regenerated atomic.Int64 // stale members generated again since the last step
 	genTokens   atomic.Int64
 }
 
@@ -439,6 +440,49 @@ func (c *Controller) groupsFor(s int64) (out []*runlog.Group, cursor data.Cursor
 	return out, cursor
 }
 
+// regenerateStale (throughput mode) starts the stale members of step s's
+// open groups over as new attempts, in one append: the log then says they
+// must restart, so a crash cannot leave one half-regenerated.
+func (c *Controller) regenerateStale(ctx context.Context, s int64) error {
+	if c.cfg.Run.Mode != "throughput" {
+		return nil
+	}
+	var evs []runlog.Event
+	c.o.Log.View(func(st *runlog.State) {
+		for _, id := range st.Order {
+			if g := st.Groups[id]; g.ForStep == s {
+				for _, m := range staleMembers(g, s, int64(c.cfg.Run.MaxLag)) {
+					evs = append(evs, runlog.RolloutRegenerated{Rollout: m,
+						Reason: fmt.Sprintf("calls older than run.max_lag (%d) allows for step %d", c.cfg.Run.MaxLag, s)})
+				}
+			}
+		}
+	})
+	if len(evs) == 0 {
+		return nil
+	}
+	c.log.Warn("regenerating stale members of retried groups", "step", s, "members", len(evs))
+	if _, err := c.o.Log.Append(ctx, evs...); err != nil {
+		return err
+	}
+	c.regenerated.Add(int64(len(evs)))
+	return nil
+}
+
+// groupsAdmittedFor returns the groups admitted for step s (wherever a
+// retry moved them since), in admission order: what s's admissions count.
+func (c *Controller) groupsAdmittedFor(s int64) (out []*runlog.Group, cursor data.Cursor) {
+	c.o.Log.View(func(st *runlog.State) {
+		for _, id := range st.Order {
+			if g := st.Groups[id]; g.AdmittedFor == s {
+				out = append(out, g)
+			}
+		}
+		cursor = c.order.Normalize(data.Cursor{Epoch: st.Epoch, Pos: st.NextCursor})
+	})
+	return out, cursor
+}
+
 // generateStep admits step s's prompts (those not admitted yet) and runs
 // every unfinished member of its groups to a seal, then commits the groups.
 // A group whose member used up its attempts is dropped; with
@@ -449,6 +493,9 @@ func (c *Controller) generateStep(ctx context.Context, s int64) error {
 	defer func() { c.genTime.Add(int64(c.now().Sub(t0))) }()
 	for {
 		if err := c.admitFor(ctx, s); err != nil {
+			return err
+		}
+		if err := c.regenerateStale(ctx, s); err != nil {
 			return err
 		}
 		groups, _ := c.groupsFor(s)
@@ -494,7 +541,7 @@ func (c *Controller) generateStep(ctx context.Context, s int64) error {
 // prompts, and in replace mode one spare for each dropped group that has
 // none yet. Admissions are one atomic append, so a crash never leaves half.
 func (c *Controller) admitFor(ctx context.Context, s int64) error {
-	groups, cur := c.groupsFor(s)
+	groups, cur := c.groupsAdmittedFor(s)
 	replaced := map[runlog.GroupID]bool{}
 	for _, g := range groups {
 		if g.Replaces != 0 {
@@ -644,9 +691,15 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 		}
 	}
 	if exhausted != nil {
-		c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
-			"class", exhausted.class, "err", exhausted.err)
-		_, err := c.o.Log.Append(ctx, runlog.GroupDropped{Group: g.ID, Class: exhausted.class, Reason: exhausted.Error()})
+		ev := groupFate(g, c.cfg.RolloutFailure, exhausted.class, exhausted.Error())
+		if rq, ok := ev.(runlog.GroupRequeued); ok {
+			c.log.Warn("retrying a prompt group in a later step: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+				"step", g.ForStep, "to_step", rq.Step, "retry", g.Retries+1, "class", exhausted.class, "err", exhausted.err)
+		} else {
+			c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+				"class", exhausted.class, "retries", g.Retries, "err", exhausted.err)
+		}
+		_, err := c.o.Log.Append(ctx, ev)
 		return err
 	}
 	_, err := c.o.Log.Append(ctx, runlog.GroupCommitted{Group: g.ID})
@@ -669,24 +722,41 @@ func (e *exhaustedError) Unwrap() error { return e.err }
 
 // runMember runs one rollout to its seal, resuming its current attempt
 // from the log when it has one, retrying failed attempts within budget.
+// Every decision (resume or new attempt, restart or continue, backoff,
+// exhausted) is read from the rollout's state as the log folds it
+// (decide.go), never from this goroutine's memory, so a restarted process
+// decides exactly what this one would have.
 func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.RolloutID, task env.Task) error {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
 	rf := c.cfg.RolloutFailure
-	infra, dataFails := 0, 0
-	restart := false
 	for {
 		var r runlog.Rollout
 		c.o.Log.View(func(s *runlog.State) { r = *s.Rollout(id) })
-		if r.Status == runlog.StatusSealed {
+		next := nextAttempt(&r, rf, c.cfg.Run.Seed)
+		switch {
+		case next.done:
 			return nil
+		case next.exhausted:
+			return &exhaustedError{id: id, class: r.LastFailure.Class, n: int(r.InfraFailures + r.DataFailures),
+				err: errors.New(r.LastFailure.Reason)}
+		}
+		if next.backoff > 0 {
+			select {
+			case <-time.After(next.backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		attempt := r.Attempt
-		if r.Status != runlog.StatusRunning {
+		if next.start {
 			attempt++
+			if next.restart {
+				c.log.Warn("rollout restarts its episode", "rollout", id, "attempt", attempt, "after", r.LastFailure.Reason)
+			}
 			ev := runlog.AttemptStarted{Rollout: id, Attempt: attempt,
 				Seed:    rng.Derive(c.cfg.Run.Seed, "attempt", uint64(id.Group), uint64(id.Member), uint64(attempt)),
-				Version: c.version.Load(), Restart: restart}
+				Version: c.version.Load(), Restart: next.restart}
 			if _, err := c.o.Log.Append(ctx, ev); err != nil {
 				return err
 			}
@@ -716,32 +786,20 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 				return aerr
 			}
 		}
-		class := rollout.ClassOf(err)
-		if class == runlog.ClassInfra {
-			infra++
-		} else {
-			dataFails++
+		var after runlog.Rollout
+		c.o.Log.View(func(s *runlog.State) { after = *s.Rollout(id) })
+		if after.Status != runlog.StatusFailed {
+			// The failure is not in the log (the log itself refused an
+			// append): retrying would decide from a state that does not
+			// know about it, so the run stops here and a resume goes on.
+			return fmt.Errorf("controller: rollout %s attempt %d: %w", id, attempt, err)
 		}
-		if infra >= rf.MaxInfraAttempts || dataFails >= rf.MaxDataAttempts {
-			return &exhaustedError{id: id, class: class, n: infra + dataFails, err: err}
+		msg := "rollout attempt failed, retrying"
+		if nextAttempt(&after, rf, c.cfg.Run.Seed).exhausted {
+			msg = "rollout attempt failed, budget used up"
 		}
-		// An environment that can neither restore its snapshot nor replay
-		// the logged actions identically cannot continue the episode: the
-		// next attempt starts it over (counted as a data failure).
-		restart = errors.Is(err, rollout.ErrDiverged)
-		c.log.Warn("rollout attempt failed, retrying", "rollout", id, "attempt", attempt, "class", class,
-			"restart", restart, "err", err)
-		if class == runlog.ClassInfra {
-			// Exponential backoff with jitter drawn from the attempt's id,
-			// so retries of many rollouts spread out but a run replays alike.
-			d := math.Min(rf.BackoffBaseS*math.Pow(2, float64(infra-1)), rf.BackoffCapS)
-			d *= 0.5 + 0.5*rng.Stream(c.cfg.Run.Seed, "backoff", uint64(id.Group), uint64(id.Member), uint64(attempt)).Float64()
-			select {
-			case <-time.After(time.Duration(d * float64(time.Second))):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+		c.log.Warn(msg, "rollout", id, "attempt", attempt, "class", after.LastFailure.Class,
+			"infra_failures", after.InfraFailures, "data_failures", after.DataFailures, "err", err)
 	}
 }
 
@@ -850,7 +908,7 @@ func (c *Controller) checkStaleness(k, lag int64) error {
 	groups, _ := c.groupsFor(k)
 	for _, g := range groups {
 		for _, m := range g.Members {
-			for _, call := range m.Calls {
+			for _, call := range episode(m) {
 				if k-1-call.Version > lag {
 					return fmt.Errorf("controller: group %s of step %d has a call of version %d, more than %d behind version %d", g.ID, k, call.Version, lag, k-1)
 				}
@@ -864,12 +922,16 @@ func (c *Controller) checkStaleness(k, lag int64) error {
 func (c *Controller) trainStep(ctx context.Context, k int64) error {
 	t0 := c.now()
 	all, _ := c.groupsFor(k)
-	var groups []*runlog.Group
-	dropped, replaced := 0, 0
+	var groups, dropList []*runlog.Group
+	dropped, replaced, fresh := 0, 0, 0
 	for _, g := range all {
+		if g.AdmittedFor == k {
+			fresh++
+		}
 		switch {
 		case g.Status == runlog.GroupStatusDropped:
 			dropped++
+			dropList = append(dropList, g)
 			continue
 		case g.Replaces != 0:
 			replaced++
@@ -877,7 +939,9 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 		groups = append(groups, g)
 	}
 	P := c.cfg.GRPO.NumPromptsPerStep
-	if need := int(math.Ceil(c.cfg.RolloutFailure.MinStepBatchFraction * float64(P))); len(groups) < max(1, need) {
+	// A step that holds only retried groups (its own prompts ran out at
+	// run.max_epochs) trains what it has.
+	if need := int(math.Ceil(c.cfg.RolloutFailure.MinStepBatchFraction * float64(P))); len(groups) < max(1, need) && (fresh > 0 || len(groups) == 0) {
 		return fmt.Errorf("controller: step %d has %d of %d groups left after %d were dropped, fewer than rollout_failure.min_step_batch_fraction (%g) allows",
 			k, len(groups), P, dropped, c.cfg.RolloutFailure.MinStepBatchFraction)
 	}
@@ -906,7 +970,7 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 			}
 			members = append(members, advantage.Rollout{ID: m.ID, Reward: m.Reward, Segments: segs})
 			agg.add(m, calls, len(segs))
-			for _, cl := range m.Calls {
+			for _, cl := range episode(m) {
 				stale = append(stale, k-1-cl.Version)
 			}
 		}
@@ -951,6 +1015,14 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 	ms.Version = stats.Version
 	ms.Dropped, ms.Replaced = dropped, replaced
 	ms.LateResults = int(c.lateResults.Swap(0))
+	ms.Regenerated = int(c.regenerated.Swap(0))
+	rs := stepRetryStats(groups, dropList)
+	ms.Recovered, ms.RecoveredTokensMean, ms.FreshTokensMean, ms.DroppedTokensMean = rs.recovered, rs.recoveredTok, rs.freshTok, rs.drTok
+	if rs.recovered > 0 || dropped > 0 {
+		c.log.Info("retried and dropped groups", "step", k, "recovered", rs.recovered, "dropped", dropped,
+			"recovered_tokens_per_rollout", round(rs.recoveredTok), "fresh_tokens_per_rollout", round(rs.freshTok),
+			"dropped_tokens_per_rollout", round(rs.drTok))
+	}
 	ms.Loss, ms.GradNorm, ms.LR, ms.ClipFrac = stats.Loss, stats.GradNorm, stats.LR, stats.ClipFrac
 	if len(stale) > 0 {
 		var sum float64

@@ -160,7 +160,9 @@ type RolloutFailure struct {
 	MaxSkippedPrompts            int     `yaml:"max_skipped_prompts" doc:"prompts dropped after data failures over the run before it aborts"`
 	MaxConsecutiveDroppedPrompts int     `yaml:"max_consecutive_dropped_prompts" doc:"prompts dropped after infra failures in a row (reset by a commit) before the run aborts"`
 	MinStepBatchFraction         float64 `yaml:"min_step_batch_fraction" doc:"smallest fraction of num_prompts_per_step a shrunk step may train"`
-	OnDroppedPrompt              string  `yaml:"on_dropped_prompt" enum:"shrink|replace" doc:"a dropped group shrinks the step or is replaced by a spare prompt"`
+	OnDroppedPrompt              string  `yaml:"on_dropped_prompt" enum:"retry|shrink|replace" doc:"a group whose member used up its attempts: retry it in a later step (keeping its sealed members and logged calls), shrink the step, or replace it with a spare prompt"`
+	MaxGroupRetries              int     `yaml:"max_group_retries" doc:"retries of one group (on_dropped_prompt: retry) before it is dropped for good and its step shrinks"`
+	RetryDelaySteps              int     `yaml:"retry_delay_steps" doc:"steps a retried group is requeued by (on_dropped_prompt: retry); ≥ 1"`
 	StallTimeoutS                float64 `yaml:"stall_timeout_s" doc:"seconds without progress before the watchdog fires; 0 = off"`
 	StallAction                  string  `yaml:"stall_action" enum:"warn|abort" doc:"what the stall watchdog does"`
 	CallTimeoutS                 float64 `yaml:"call_timeout_s" doc:"seconds one model call may take (an infra failure after)"`
@@ -210,7 +212,7 @@ func Default() *Config {
 		RolloutFailure: RolloutFailure{MaxInfraAttempts: 4, MaxDataAttempts: 2,
 			BackoffBaseS: 0.5, BackoffCapS: 10, MaxSkippedPrompts: 16,
 			MaxConsecutiveDroppedPrompts: 4, MinStepBatchFraction: 0.5,
-			OnDroppedPrompt: "shrink", StallTimeoutS: 300, StallAction: "warn",
+			OnDroppedPrompt: "retry", MaxGroupRetries: 2, RetryDelaySteps: 1, StallTimeoutS: 300, StallAction: "warn",
 			CallTimeoutS: 60, RolloutTimeoutS: 600},
 		Generator: Generator{Kind: "embedded", URLs: []string{}},
 		Trainer:   Trainer{Kind: "embedded"},
