@@ -75,7 +75,11 @@ names the keys that may differ.`,
 			if err != nil {
 				return err
 			}
-			opts := runner.Options{RunDir: runDir, Logger: log, AllowChange: allow, Crash: crash}
+			trace, err := crashtest.GenTrace(os.Getenv(crashtest.EnvGenTrace))
+			if err != nil {
+				return err
+			}
+			opts := runner.Options{RunDir: runDir, Logger: log, AllowChange: allow, Crash: crash, WrapGenerator: trace}
 			if tty {
 				opts.Progress = func(p controller.Progress) {
 					last, inFlight = p.Metrics, p.InFlight
