@@ -469,20 +469,6 @@ func (c *Controller) regenerateStale(ctx context.Context, s int64) error {
 	return nil
 }
 
-// groupsAdmittedFor returns the groups admitted for step s (wherever a
-// retry moved them since), in admission order: what s's admissions count.
-func (c *Controller) groupsAdmittedFor(s int64) (out []*runlog.Group, cursor data.Cursor) {
-	c.o.Log.View(func(st *runlog.State) {
-		for _, id := range st.Order {
-			if g := st.Groups[id]; g.AdmittedFor == s {
-				out = append(out, g)
-			}
-		}
-		cursor = c.order.Normalize(data.Cursor{Epoch: st.Epoch, Pos: st.NextCursor})
-	})
-	return out, cursor
-}
-
 // generateStep admits step s's prompts (those not admitted yet) and runs
 // every unfinished member of its groups to a seal, then commits the groups.
 // A group whose member used up its attempts is dropped; with
@@ -541,53 +527,18 @@ func (c *Controller) generateStep(ctx context.Context, s int64) error {
 // prompts, and in replace mode one spare for each dropped group that has
 // none yet. Admissions are one atomic append, so a crash never leaves half.
 func (c *Controller) admitFor(ctx context.Context, s int64) error {
-	groups, cur := c.groupsAdmittedFor(s)
-	replaced := map[runlog.GroupID]bool{}
-	for _, g := range groups {
-		if g.Replaces != 0 {
-			replaced[g.Replaces] = true
+	var admit []runlog.Event
+	var err error
+	c.o.Log.View(func(st *runlog.State) { admit, err = admissions(st, s, c.cfg, c.order) })
+	if err != nil || len(admit) == 0 {
+		return err
+	}
+	for _, ev := range admit {
+		if a := ev.(runlog.PromptAdmitted); a.Replaces != 0 {
+			c.log.Warn("replacing a dropped prompt with a spare", "dropped", a.Replaces, "spare", a.PromptID, "step", s)
 		}
 	}
-	var need []runlog.GroupID // what each new prompt replaces (0: none)
-	for range max(0, c.cfg.GRPO.NumPromptsPerStep-len(groups)+len(replaced)) {
-		need = append(need, 0)
-	}
-	if c.cfg.RolloutFailure.OnDroppedPrompt == "replace" {
-		for _, g := range groups {
-			if g.Status == runlog.GroupStatusDropped && !replaced[g.ID] {
-				need = append(need, g.ID)
-			}
-		}
-	}
-	if left := c.order.Left(cur, c.cfg.Run.MaxEpochs); int64(len(need)) > left {
-		// run.max_epochs: a step is admitted only whole (a spare only
-		// while data is left), so the data's tail that cannot fill a step
-		// is never admitted, like a data loader's drop_last.
-		if len(groups) == 0 {
-			need = nil
-		} else {
-			need = need[:max(0, min(int64(len(need)), left))]
-		}
-	}
-	if len(need) == 0 {
-		return nil
-	}
-	admit := make([]runlog.Event, 0, len(need))
-	for _, rep := range need {
-		p, next, err := c.order.Next(cur)
-		if err != nil {
-			return fmt.Errorf("controller: admitting a prompt for step %d: %w", s, err)
-		}
-		cur = c.order.Normalize(cur)
-		admit = append(admit, runlog.PromptAdmitted{Epoch: cur.Epoch, Cursor: cur.Pos, PromptID: p.ID,
-			Group: runlog.NewGroupID(c.cfg.Run.Seed, cur.Epoch, cur.Pos),
-			Size:  uint16(c.cfg.GRPO.NumGenerationsPerPrompt), Step: s, Replaces: rep})
-		if rep != 0 {
-			c.log.Warn("replacing a dropped prompt with a spare", "dropped", rep, "spare", p.ID, "step", s)
-		}
-		cur = next
-	}
-	_, err := c.o.Log.Append(ctx, admit...)
+	_, err = c.o.Log.Append(ctx, admit...)
 	return err
 }
 
@@ -679,30 +630,32 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 		}()
 	}
 	wg.Wait()
-	var exhausted *exhaustedError
 	for _, err := range errs {
 		var ex *exhaustedError
-		switch {
-		case err == nil:
-		case errors.As(err, &ex):
-			exhausted = ex
-		default:
+		if err != nil && !errors.As(err, &ex) {
 			return errors.Join(errs...)
 		}
 	}
-	if exhausted != nil {
-		ev := groupFate(g, c.cfg.RolloutFailure, exhausted.class, exhausted.Error())
-		if rq, ok := ev.(runlog.GroupRequeued); ok {
-			c.log.Warn("retrying a prompt group in a later step: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
-				"step", g.ForStep, "to_step", rq.Step, "retry", g.Retries+1, "class", exhausted.class, "err", exhausted.err)
-		} else {
-			c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
-				"class", exhausted.class, "retries", g.Retries, "err", exhausted.err)
-		}
-		_, err := c.o.Log.Append(ctx, ev)
-		return err
+	// The outcome is read back from the log: the members' goroutines
+	// report only by appending.
+	var ev runlog.Event
+	var cur runlog.Group
+	c.o.Log.View(func(st *runlog.State) {
+		gs := st.Groups[g.ID]
+		cur = *gs
+		ev = groupOutcome(gs, c.cfg.RolloutFailure)
+	})
+	switch e := ev.(type) {
+	case nil:
+		return fmt.Errorf("controller: group %s: members finished but the log has no outcome for it", g.ID)
+	case runlog.GroupRequeued:
+		c.log.Warn("retrying a prompt group in a later step: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+			"step", cur.ForStep, "to_step", e.Step, "retry", cur.Retries+1, "class", e.Class, "err", e.Reason)
+	case runlog.GroupDropped:
+		c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+			"class", e.Class, "retries", cur.Retries, "err", e.Reason)
 	}
-	_, err := c.o.Log.Append(ctx, runlog.GroupCommitted{Group: g.ID})
+	_, err := c.o.Log.Append(ctx, ev)
 	return err
 }
 

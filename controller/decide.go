@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/rollout"
@@ -157,4 +159,87 @@ func stepRetryStats(trained, dropped []*runlog.Group) retryStats {
 	st.freshTok = mean(trained, func(g *runlog.Group) bool { return g.Retries == 0 })
 	st.drTok = mean(dropped, func(*runlog.Group) bool { return true })
 	return st
+}
+
+// groupOutcome decides what an open group whose members are all done (none
+// running or with attempts left) gets: GroupCommitted when every member is
+// sealed, else the fate of a group with an exhausted member (groupFate).
+// It returns nil while a member can still make progress.
+func groupOutcome(g *runlog.Group, rf config.RolloutFailure) runlog.Event {
+	if g.Status != runlog.GroupStatusOpen {
+		return nil
+	}
+	var ex *runlog.Rollout
+	for _, m := range g.Members {
+		switch {
+		case m.Status == runlog.StatusSealed:
+		case exhausted(m, rf):
+			if ex == nil {
+				ex = m
+			}
+		default:
+			return nil
+		}
+	}
+	if ex == nil {
+		return runlog.GroupCommitted{Group: g.ID}
+	}
+	reason := fmt.Sprintf("rollout %s failed %d times, last (%s): %s", ex.ID, ex.InfraFailures+ex.DataFailures, ex.LastFailure.Class, ex.LastFailure.Reason)
+	return groupFate(g, rf, ex.LastFailure.Class, reason)
+}
+
+// admissions returns the PromptAdmitted events step s still needs, in
+// one batch to append atomically: its num_prompts_per_step prompts (only
+// the ones not yet admitted for it, and only if the data left under
+// run.max_epochs holds them all), and with on_dropped_prompt: replace one
+// spare per dropped group that has none yet. The cursor rolls over into
+// the next epoch's shuffle at an epoch's end.
+func admissions(st *runlog.State, s int64, cfg *config.Config, order *data.Order) ([]runlog.Event, error) {
+	var groups []*runlog.Group
+	for _, id := range st.Order {
+		if g := st.Groups[id]; g.AdmittedFor == s {
+			groups = append(groups, g)
+		}
+	}
+	cur := order.Normalize(data.Cursor{Epoch: st.Epoch, Pos: st.NextCursor})
+	replaced := map[runlog.GroupID]bool{}
+	for _, g := range groups {
+		if g.Replaces != 0 {
+			replaced[g.Replaces] = true
+		}
+	}
+	var need []runlog.GroupID // what each new prompt replaces (0: none)
+	for range max(0, cfg.GRPO.NumPromptsPerStep-len(groups)+len(replaced)) {
+		need = append(need, 0)
+	}
+	if cfg.RolloutFailure.OnDroppedPrompt == "replace" {
+		for _, g := range groups {
+			if g.Status == runlog.GroupStatusDropped && !replaced[g.ID] {
+				need = append(need, g.ID)
+			}
+		}
+	}
+	if left := order.Left(cur, cfg.Run.MaxEpochs); int64(len(need)) > left {
+		// run.max_epochs: a step is admitted only whole (a spare only
+		// while data is left), so the data's tail that cannot fill a step
+		// is never admitted, like a data loader's drop_last.
+		if len(groups) == 0 {
+			need = nil
+		} else {
+			need = need[:max(0, min(int64(len(need)), left))]
+		}
+	}
+	admit := make([]runlog.Event, 0, len(need))
+	for _, rep := range need {
+		p, next, err := order.Next(cur)
+		if err != nil {
+			return nil, fmt.Errorf("controller: admitting a prompt for step %d: %w", s, err)
+		}
+		cur = order.Normalize(cur)
+		admit = append(admit, runlog.PromptAdmitted{Epoch: cur.Epoch, Cursor: cur.Pos, PromptID: p.ID,
+			Group: runlog.NewGroupID(cfg.Run.Seed, cur.Epoch, cur.Pos),
+			Size:  uint16(cfg.GRPO.NumGenerationsPerPrompt), Step: s, Replaces: rep})
+		cur = next
+	}
+	return admit, nil
 }
