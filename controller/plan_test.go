@@ -136,7 +136,9 @@ func (sc *scenario) name(id runlog.GroupID) string {
 	return id.String()
 }
 
-func (sc *scenario) rname(id runlog.RolloutID) string { return fmt.Sprintf("%s/%d", sc.name(id.Group), id.Member) }
+func (sc *scenario) rname(id runlog.RolloutID) string {
+	return fmt.Sprintf("%s/%d", sc.name(id.Group), id.Member)
+}
 
 func (sc *scenario) show(ev runlog.Event) string {
 	switch e := ev.(type) {
