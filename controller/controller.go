@@ -95,6 +95,8 @@ type Controller struct {
 	evMu   sync.Mutex
 	events map[runlog.RolloutID][]runlog.Event
 
+	planner planner // generation rounds (Ready/Advance); used only by the goroutine that generates
+
 	genTime     atomic.Int64 // nanoseconds spent generating since the last step
 	lateResults atomic.Int64 // events of fenced attempts, refused by the log
 	regenerated atomic.Int64 // stale members generated again since the last step

@@ -28,35 +28,6 @@ func (c *Controller) groupsFor(s int64) (out []*runlog.Group, cursor data.Cursor
 	return out, cursor
 }
 
-// regenerateStale (throughput mode) starts the stale members of step s's
-// open groups over as new attempts, in one append: the log then says they
-// must restart, so a crash cannot leave one half-regenerated.
-func (c *Controller) regenerateStale(ctx context.Context, s int64) error {
-	if c.cfg.Run.Mode != "throughput" {
-		return nil
-	}
-	var evs []runlog.Event
-	c.o.Log.View(func(st *runlog.State) {
-		for _, id := range st.Order {
-			if g := st.Groups[id]; g.ForStep == s {
-				for _, m := range staleMembers(g, s, int64(c.cfg.Run.MaxLag)) {
-					evs = append(evs, runlog.RolloutRegenerated{Rollout: m,
-						Reason: fmt.Sprintf("calls older than run.max_lag (%d) allows for step %d", c.cfg.Run.MaxLag, s)})
-				}
-			}
-		}
-	})
-	if len(evs) == 0 {
-		return nil
-	}
-	c.log.Warn("regenerating stale members of retried groups", "step", s, "members", len(evs))
-	if _, err := c.o.Log.Append(ctx, evs...); err != nil {
-		return err
-	}
-	c.regenerated.Add(int64(len(evs)))
-	return nil
-}
-
 // generateStep admits step s's prompts (those not admitted yet) and runs
 // every unfinished member of its groups to a seal, then commits the groups.
 // A group whose member used up its attempts is dropped; with
@@ -66,68 +37,76 @@ func (c *Controller) generateStep(ctx context.Context, s int64) error {
 	t0 := c.now()
 	defer func() { c.genTime.Add(int64(c.now().Sub(t0))) }()
 	for {
-		if err := c.admitFor(ctx, s); err != nil {
+		var rd Ready
+		var err error
+		c.o.Log.View(func(st *runlog.State) { rd, err = c.planner.Take(st, s, c.cfg, c.order) })
+		if err != nil {
 			return err
 		}
-		if err := c.regenerateStale(ctx, s); err != nil {
+		if err := c.perform(ctx, rd); err != nil {
 			return err
 		}
-		groups, _ := c.groupsFor(s)
-		var wg sync.WaitGroup
-		errs := make(chan error, len(groups))
-		open := 0
-		for _, g := range groups {
-			if g.Status != runlog.GroupStatusOpen {
-				continue
-			}
-			task, err := c.task(g)
-			if err != nil {
-				return err
-			}
-			open++
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := c.runGroup(ctx, g, task); err != nil {
-					errs <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		var all []error
-		for err := range errs {
-			all = append(all, err)
-		}
-		if err := errors.Join(all...); err != nil {
-			return err
-		}
+		c.planner.Advance()
 		if err := c.checkDropCaps(); err != nil {
 			return err
 		}
-		if open == 0 {
+		if len(rd.Launch) == 0 {
 			return nil
 		}
 	}
 }
 
-// admitFor admits what step s still needs: its num_prompts_per_step
-// prompts, and in replace mode one spare for each dropped group that has
-// none yet. Admissions are one atomic append, so a crash never leaves half.
-func (c *Controller) admitFor(ctx context.Context, s int64) error {
-	var admit []runlog.Event
-	var err error
-	c.o.Log.View(func(st *runlog.State) { admit, err = admissions(st, s, c.cfg, c.order) })
-	if err != nil || len(admit) == 0 {
-		return err
-	}
-	for _, ev := range admit {
-		if a := ev.(runlog.PromptAdmitted); a.Replaces != 0 {
-			c.log.Warn("replacing a dropped prompt with a spare", "dropped", a.Replaces, "spare", a.PromptID, "step", s)
+// perform carries out a Ready: its events in one atomic append first,
+// then its groups, each run to an outcome that it appends itself.
+func (c *Controller) perform(ctx context.Context, rd Ready) error {
+	regen := 0
+	for _, ev := range rd.Append {
+		switch e := ev.(type) {
+		case runlog.PromptAdmitted:
+			if e.Replaces != 0 {
+				c.log.Warn("replacing a dropped prompt with a spare", "dropped", e.Replaces, "spare", e.PromptID, "step", rd.Step)
+			}
+		case runlog.RolloutRegenerated:
+			regen++
 		}
 	}
-	_, err = c.o.Log.Append(ctx, admit...)
-	return err
+	if len(rd.Append) > 0 {
+		if _, err := c.o.Log.Append(ctx, rd.Append...); err != nil {
+			return err
+		}
+	}
+	if regen > 0 {
+		c.log.Warn("regenerating stale members of retried groups", "step", rd.Step, "members", regen)
+		c.regenerated.Add(int64(regen))
+	}
+	groups := make([]*runlog.Group, 0, len(rd.Launch))
+	c.o.Log.View(func(st *runlog.State) {
+		for _, id := range rd.Launch {
+			groups = append(groups, st.Groups[id].Clone())
+		}
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, len(groups))
+	for _, g := range groups {
+		task, err := c.task(g)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.runGroup(ctx, g, task); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
 }
 
 // ErrTooManyDropped is returned when dropped prompts exceed a run-wide cap.

@@ -39,7 +39,12 @@ func TestLateResultIsRefusedAndCounted(t *testing.T) {
 	if _, err := l.Append(ctx, runlog.RunStarted{ConfigDigest: config.Digest(cfg), Seed: cfg.Run.Seed, Mode: cfg.Run.Mode}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.admitFor(ctx, 1); err != nil {
+	var adm []runlog.Event
+	l.View(func(st *runlog.State) { adm, err = admissions(st, 1, cfg, c.order) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, adm...); err != nil {
 		t.Fatal(err)
 	}
 	groups, _ := c.groupsFor(1)

@@ -22,7 +22,7 @@ import (
 // seen as a fold of what came before. `go test ./controller -run
 // TestPlanScripts -rewrite` rewrites the expected outputs.
 //
-// Commands (one handler each): config KEY=VALUE...; admit step=N;
+// Commands (one handler each): config KEY=VALUE...; plan step=N; admit step=N;
 // start; finish-call r=G/M [n=K]; seal r=G/M; fail-call r=G/M
 // class=infra|data [diverged]; drop g=G; retry g=G; commit g=G;
 // train step=N; crash; resume; stabilize step=N; epoch; stale step=N lag=L.
@@ -249,6 +249,21 @@ func (sc *scenario) do(line string) string {
 			return "nothing to admit"
 		}
 		sc.emit(&b, evs...)
+	case "plan":
+		// One round of the planner, performed the way the effect loop does:
+		// Append first, then the groups to launch.
+		step, _ := strconv.ParseInt(a["step"], 10, 64)
+		var p planner
+		rd, err := p.Take(sc.st, step, sc.cfg, sc.order)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		sc.emit(&b, rd.Append...)
+		var names []string
+		for _, id := range rd.Launch {
+			names = append(names, sc.name(id))
+		}
+		fmt.Fprintf(&b, "launch: [%s]", strings.Join(names, " "))
 	case "start":
 		n := 0
 		for _, id := range sc.st.Order {
@@ -384,4 +399,26 @@ func (sc *scenario) do(line string) string {
 		sc.t.Fatalf("unknown command %q", fields[0])
 	}
 	return b.String()
+}
+
+// TestReadyTakenTwicePanics: a second Ready before Advance would plan from
+// a state that does not hold the first one's events.
+func TestReadyTakenTwicePanics(t *testing.T) {
+	sc := newScenario(t)
+	var p planner
+	if _, err := p.Take(sc.st, 1, sc.cfg, sc.order); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("taking a Ready twice without Advance did not panic")
+			}
+		}()
+		p.Take(sc.st, 1, sc.cfg, sc.order)
+	}()
+	p.Advance()
+	if _, err := p.Take(sc.st, 1, sc.cfg, sc.order); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -384,6 +384,12 @@ func TestRegenerate(t *testing.T) {
 	if r := s.Rollout(id); r.Status != StatusPending || r.Reward != 0 {
 		t.Fatalf("after regenerate: %+v", r)
 	}
+	if err := Apply(s, EnvStep{Rollout: id, Attempt: 2, Turn: 0}); !errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("late env step of the regenerated attempt: %v", err)
+	}
+	if err := Apply(s, EnvStep{Rollout: RolloutID{g, 1}, Attempt: 0, Turn: 0}); err == nil || errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("an event of a rollout that never started: %v", err)
+	}
 	if err := Apply(s, AttemptStarted{Rollout: id, Attempt: 3}); err == nil {
 		t.Fatal("a regenerated rollout continued its old episode")
 	}

@@ -255,6 +255,11 @@ func (s *State) live(id RolloutID, attempt uint32) (*Rollout, error) {
 		return nil, fmt.Errorf("%w: rollout %s attempt %d, current is %d", ErrStaleAttempt, id, attempt, r.Attempt)
 	case attempt > r.Attempt:
 		return nil, invalid("rollout %s attempt %d was never started (current %d)", id, attempt, r.Attempt)
+	case r.Status == StatusPending && r.Regenerate:
+		// The attempt was fenced by RolloutRegenerated: a late result.
+		return nil, fmt.Errorf("%w: rollout %s attempt %d was regenerated", ErrStaleAttempt, id, attempt)
+	case r.Status == StatusPending:
+		return nil, invalid("rollout %s has no attempt started", id)
 	case r.Status == StatusSealed:
 		return nil, fmt.Errorf("%w: %s", ErrSealed, id)
 	case r.Status == StatusFailed:
