@@ -17,28 +17,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/advantage"
-	"github.com/longhaul-rl/longhaul/batch"
-	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/internal/ckpt"
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
-	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
-	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/segment"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -109,8 +97,11 @@ type Controller struct {
 	evMu   sync.Mutex
 	events map[runlog.RolloutID][]runlog.Event
 
+	planner planner // generation rounds (Ready/Advance); used only by the goroutine that generates
+
 	genTime     atomic.Int64 // nanoseconds spent generating since the last step
 	lateResults atomic.Int64 // events of fenced attempts, refused by the log
+	regenerated atomic.Int64 // stale members generated again since the last step
 	genTokens   atomic.Int64
 }
 
@@ -199,6 +190,9 @@ func (c *Controller) loop(ctx context.Context) error {
 				return err
 			}
 		}
+		if c.dataEnded(k) {
+			return c.endOfData(ctx, k)
+		}
 		if err := c.trainStep(ctx, k); err != nil {
 			return err
 		}
@@ -206,81 +200,33 @@ func (c *Controller) loop(ctx context.Context) error {
 	return nil
 }
 
-// ErrStalled is returned when the stall watchdog aborts the run.
-var ErrStalled = errors.New("controller: run stalled")
-
-// watchdog watches the log for progress; after
-// rollout_failure.stall_timeout_s without a new event it warns (or, with
-// stall_action: abort, stops the run) naming the groups still open, the
-// rollouts in flight and what the generator is waiting on.
-func (c *Controller) watchdog(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
-	rf := c.cfg.RolloutFailure
-	if rf.StallTimeoutS <= 0 {
-		return func() {}
+// dataEnded reports whether step k got no prompt because run.max_epochs
+// ran out: the run ends before it.
+func (c *Controller) dataEnded(k int64) bool {
+	if c.cfg.Run.MaxEpochs <= 0 {
+		return false
 	}
-	limit := time.Duration(rf.StallTimeoutS * float64(time.Second))
-	tick := min(time.Second, limit/4)
-	ctx, done := context.WithCancel(ctx)
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		var seen uint64
-		last, warned := c.now(), time.Time{}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			var applied uint64
-			c.o.Log.View(func(s *runlog.State) { applied = s.Applied })
-			now := c.now()
-			if applied != seen {
-				seen, last = applied, now
-				continue
-			}
-			if now.Sub(last) < limit || now.Sub(warned) < limit {
-				continue
-			}
-			warned = now
-			msg := c.stallReport(now.Sub(last))
-			if rf.StallAction == "abort" {
-				cancel(fmt.Errorf("%w: %s", ErrStalled, msg))
-				return
-			}
-			c.log.Warn("run stalled", "detail", msg)
-		}
-	}()
-	return func() { done(); <-exited }
+	groups, _ := c.groupsFor(k)
+	return len(groups) == 0
 }
 
-func (c *Controller) stallReport(idle time.Duration) string {
-	var open []string
-	running := 0
+// endOfData ends a run that stopped at run.max_epochs before step k: the
+// last trained step gets the final checkpoint that max_steps would have
+// given it (unless it has one).
+func (c *Controller) endOfData(ctx context.Context, k int64) error {
+	var last int64
+	var covered bool
 	c.o.Log.View(func(s *runlog.State) {
-		for _, id := range s.Order {
-			g := s.Groups[id]
-			if g.Status != runlog.GroupStatusOpen {
-				continue
-			}
-			if len(open) < 8 {
-				open = append(open, fmt.Sprintf("%s (prompt %s, step %d)", id, g.PromptID, g.ForStep))
-			}
-			for _, r := range g.Members {
-				if r.Status == runlog.StatusRunning {
-					running++
-				}
-			}
+		last = s.Step
+		for _, cp := range s.Checkpoints {
+			covered = covered || cp.Step == last
 		}
 	})
-	msg := fmt.Sprintf("no progress for %s; open groups: %s; rollouts running: %d (%d in flight in this process)",
-		idle.Round(time.Second), strings.Join(open, ", "), running, c.inFlight.Load())
-	if c.o.Describe != nil {
-		msg += "; generator: " + c.o.Describe()
+	c.log.Info("run.max_epochs reached: the data is used up", "epochs", c.cfg.Run.MaxEpochs, "last_step", last, "next_step", k)
+	if c.cfg.Checkpointing.Enabled && last > 0 && !covered {
+		return c.checkpoint(ctx, last, nil)
 	}
-	return msg
+	return nil
 }
 
 // runThroughput generates ahead of training in a second goroutine: step s
@@ -322,6 +268,9 @@ func (c *Controller) runThroughput(ctx context.Context, first, max, lag int64) e
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+		if c.dataEnded(k) {
+			return c.endOfData(ctx, k)
+		}
 		if err := c.checkStaleness(k, lag); err != nil {
 			return err
 		}
@@ -337,711 +286,4 @@ func (c *Controller) setVersion(v int64) {
 	c.version.Store(v)
 	c.versionCond.Broadcast()
 	c.mu.Unlock()
-}
-
-func (c *Controller) ckptDir() string {
-	d := c.cfg.Checkpointing.Dir
-	if !filepath.IsAbs(d) {
-		d = filepath.Join(c.o.RunDir, d)
-	}
-	return d
-}
-
-// restore brings the trainer to the newest durable checkpoint the log
-// covers. Steps the log recorded after it are rewound: their groups go back
-// to committed-not-trained and are trained again from the same data.
-func (c *Controller) restore(ctx context.Context) error {
-	logged := c.view().step
-	var from int64
-	found := false
-	if c.cfg.Checkpointing.Enabled {
-		e, m, rejected, ok, err := ckpt.Latest(c.ckptDir(), logged)
-		if err != nil {
-			return err
-		}
-		for _, r := range rejected {
-			c.log.Warn("checkpoint rejected, using an older one", "path", r.Entry.Path, "err", r.Err)
-		}
-		if ok {
-			if err := c.o.Trainer.LoadCheckpoint(ctx, e.Path); err != nil {
-				return fmt.Errorf("controller: loading checkpoint %s: %w", e.Path, err)
-			}
-			from, found = m.Step, true
-			c.log.Info("resumed from checkpoint", "path", e.Path, "step", m.Step)
-		}
-	}
-	if !found {
-		if c.o.WarmStart != nil {
-			if err := c.o.WarmStart(ctx); err != nil {
-				return fmt.Errorf("controller: warm start: %w", err)
-			}
-		}
-	}
-	if from < logged {
-		c.log.Info("rewinding trained steps the newest checkpoint does not cover", "from", logged, "to", from)
-		if _, err := c.o.Log.Append(ctx, runlog.Rewound{Step: from, Version: from}); err != nil {
-			return err
-		}
-	}
-	if err := c.o.Publish(ctx, from); err != nil {
-		return err
-	}
-	c.setVersion(from)
-	if !found && c.cfg.Checkpointing.Enabled {
-		// The initial policy (after a warm start) is checkpoint 0, so a
-		// resume before the first periodic checkpoint skips the warm start.
-		if err := c.checkpoint(ctx, 0, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// groupsFor returns the groups admitted for step s, in admission order.
-func (c *Controller) groupsFor(s int64) (out []*runlog.Group, cursor data.Cursor) {
-	c.o.Log.View(func(st *runlog.State) {
-		for _, id := range st.Order {
-			if g := st.Groups[id]; g.ForStep == s {
-				out = append(out, g.Clone())
-			}
-		}
-		cursor = data.Cursor{Epoch: st.Epoch, Pos: st.NextCursor}
-	})
-	return out, cursor
-}
-
-// generateStep admits step s's prompts (those not admitted yet) and runs
-// every unfinished member of its groups to a seal, then commits the groups.
-// A group whose member used up its attempts is dropped; with
-// rollout_failure.on_dropped_prompt: replace a spare prompt from the cursor
-// takes its place. It is idempotent, which is what resume relies on.
-func (c *Controller) generateStep(ctx context.Context, s int64) error {
-	t0 := c.now()
-	defer func() { c.genTime.Add(int64(c.now().Sub(t0))) }()
-	for {
-		if err := c.admitFor(ctx, s); err != nil {
-			return err
-		}
-		groups, _ := c.groupsFor(s)
-		var wg sync.WaitGroup
-		errs := make(chan error, len(groups))
-		open := 0
-		for _, g := range groups {
-			if g.Status != runlog.GroupStatusOpen {
-				continue
-			}
-			task, err := c.task(g)
-			if err != nil {
-				return err
-			}
-			open++
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := c.runGroup(ctx, g, task); err != nil {
-					errs <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		var all []error
-		for err := range errs {
-			all = append(all, err)
-		}
-		if err := errors.Join(all...); err != nil {
-			return err
-		}
-		if err := c.checkDropCaps(); err != nil {
-			return err
-		}
-		if open == 0 {
-			return nil
-		}
-	}
-}
-
-// admitFor admits what step s still needs: its num_prompts_per_step
-// prompts, and in replace mode one spare for each dropped group that has
-// none yet. Admissions are one atomic append, so a crash never leaves half.
-func (c *Controller) admitFor(ctx context.Context, s int64) error {
-	groups, cur := c.groupsFor(s)
-	replaced := map[runlog.GroupID]bool{}
-	for _, g := range groups {
-		if g.Replaces != 0 {
-			replaced[g.Replaces] = true
-		}
-	}
-	var need []runlog.GroupID // what each new prompt replaces (0: none)
-	for range max(0, c.cfg.GRPO.NumPromptsPerStep-len(groups)+len(replaced)) {
-		need = append(need, 0)
-	}
-	if c.cfg.RolloutFailure.OnDroppedPrompt == "replace" {
-		for _, g := range groups {
-			if g.Status == runlog.GroupStatusDropped && !replaced[g.ID] {
-				need = append(need, g.ID)
-			}
-		}
-	}
-	if len(need) == 0 {
-		return nil
-	}
-	admit := make([]runlog.Event, 0, len(need))
-	for _, rep := range need {
-		p, next, err := c.order.Next(cur)
-		if err != nil {
-			return fmt.Errorf("controller: admitting a prompt for step %d: %w", s, err)
-		}
-		admit = append(admit, runlog.PromptAdmitted{Epoch: cur.Epoch, Cursor: cur.Pos, PromptID: p.ID,
-			Group: runlog.NewGroupID(c.cfg.Run.Seed, cur.Epoch, cur.Pos),
-			Size:  uint16(c.cfg.GRPO.NumGenerationsPerPrompt), Step: s, Replaces: rep})
-		if rep != 0 {
-			c.log.Warn("replacing a dropped prompt with a spare", "dropped", rep, "spare", p.ID, "step", s)
-		}
-		cur = next
-	}
-	_, err := c.o.Log.Append(ctx, admit...)
-	return err
-}
-
-// ErrTooManyDropped is returned when dropped prompts exceed a run-wide cap.
-var ErrTooManyDropped = errors.New("controller: too many dropped prompts")
-
-// checkDropCaps enforces the run-wide caps, as NeMo RL defines them:
-// rollout_failure.max_skipped_prompts bounds the prompts dropped after data
-// failures over the run (bad prompts or a broken environment: skipping more
-// would hide a bug), and max_consecutive_dropped_prompts bounds prompts
-// dropped after infra failures in a row, in admission order, reset by any
-// group that commits (an outage: going on would only skip the data).
-func (c *Controller) checkDropCaps() error {
-	rf := c.cfg.RolloutFailure
-	var data, run, worst int
-	var lastData, lastInfra runlog.GroupID
-	c.o.Log.View(func(st *runlog.State) {
-		for _, id := range st.Order {
-			g := st.Groups[id]
-			switch g.Status {
-			case runlog.GroupStatusDropped:
-				if dropClass(g) == runlog.ClassInfra {
-					run++
-					worst, lastInfra = max(worst, run), id
-				} else {
-					data++
-					lastData = id
-				}
-			case runlog.GroupStatusOpen:
-			default:
-				run = 0
-			}
-		}
-	})
-	switch {
-	case data > rf.MaxSkippedPrompts:
-		return fmt.Errorf("%w: %d prompts dropped after data failures, more than rollout_failure.max_skipped_prompts (%d); the last was group %s (`longhaul inspect RUN_DIR rollout %s-0` shows its attempts)",
-			ErrTooManyDropped, data, rf.MaxSkippedPrompts, lastData, lastData)
-	case worst > rf.MaxConsecutiveDroppedPrompts:
-		return fmt.Errorf("%w: %d prompts dropped after infra failures in a row, more than rollout_failure.max_consecutive_dropped_prompts (%d); the last was group %s",
-			ErrTooManyDropped, worst, rf.MaxConsecutiveDroppedPrompts, lastInfra)
-	}
-	return nil
-}
-
-// dropClass is the failure class that dropped a group: its exhausted
-// member's last failure.
-func dropClass(g *runlog.Group) string {
-	for _, r := range g.Members {
-		if r.Status == runlog.StatusFailed {
-			return r.LastFailure.Class
-		}
-	}
-	return runlog.ClassData
-}
-
-func (c *Controller) task(g *runlog.Group) (env.Task, error) {
-	p, _, err := c.order.Next(data.Cursor{Epoch: g.Epoch, Pos: g.Cursor})
-	if err != nil {
-		return env.Task{}, fmt.Errorf("controller: prompt of group %s: %w", g.ID, err)
-	}
-	if p.ID != g.PromptID {
-		return env.Task{}, fmt.Errorf("controller: group %s: dataset has prompt %q at epoch %d cursor %d, the log says %q (dataset changed?)", g.ID, p.ID, g.Epoch, g.Cursor, g.PromptID)
-	}
-	var t env.Task
-	if err := json.Unmarshal(p.Task, &t); err != nil {
-		return env.Task{}, fmt.Errorf("controller: task of prompt %q: %w", p.ID, err)
-	}
-	if t.Env == "" {
-		t.Env = c.cfg.Env.Name
-	}
-	if t.ID == "" {
-		t.ID = p.ID
-	}
-	return t, nil
-}
-
-func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Task) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(g.Members))
-	for i, m := range g.Members {
-		if m.Status == runlog.StatusSealed {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.runMember(ctx, g, m.ID, task)
-		}()
-	}
-	wg.Wait()
-	var exhausted *exhaustedError
-	for _, err := range errs {
-		var ex *exhaustedError
-		switch {
-		case err == nil:
-		case errors.As(err, &ex):
-			exhausted = ex
-		default:
-			return errors.Join(errs...)
-		}
-	}
-	if exhausted != nil {
-		c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
-			"class", exhausted.class, "err", exhausted.err)
-		_, err := c.o.Log.Append(ctx, runlog.GroupDropped{Group: g.ID, Class: exhausted.class, Reason: exhausted.Error()})
-		return err
-	}
-	_, err := c.o.Log.Append(ctx, runlog.GroupCommitted{Group: g.ID})
-	return err
-}
-
-// exhaustedError is a member that used up its attempt budget: its group
-// is dropped, the run goes on.
-type exhaustedError struct {
-	id    runlog.RolloutID
-	class string
-	n     int
-	err   error
-}
-
-func (e *exhaustedError) Error() string {
-	return fmt.Sprintf("rollout %s failed %d times, last (%s): %v", e.id, e.n, e.class, e.err)
-}
-func (e *exhaustedError) Unwrap() error { return e.err }
-
-// runMember runs one rollout to its seal, resuming its current attempt
-// from the log when it has one, retrying failed attempts within budget.
-func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.RolloutID, task env.Task) error {
-	c.inFlight.Add(1)
-	defer c.inFlight.Add(-1)
-	rf := c.cfg.RolloutFailure
-	infra, dataFails := 0, 0
-	restart := false
-	for {
-		var r runlog.Rollout
-		c.o.Log.View(func(s *runlog.State) { r = *s.Rollout(id) })
-		if r.Status == runlog.StatusSealed {
-			return nil
-		}
-		attempt := r.Attempt
-		if r.Status != runlog.StatusRunning {
-			attempt++
-			ev := runlog.AttemptStarted{Rollout: id, Attempt: attempt,
-				Seed:    rng.Derive(c.cfg.Run.Seed, "attempt", uint64(id.Group), uint64(id.Member), uint64(attempt)),
-				Version: c.version.Load(), Restart: restart}
-			if _, err := c.o.Log.Append(ctx, ev); err != nil {
-				return err
-			}
-		}
-		prior, err := c.o.Log.RolloutEvents(id)
-		if err != nil {
-			return err
-		}
-		c.evMu.Lock()
-		c.events[id] = slices.Clone(prior)
-		c.evMu.Unlock()
-		actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
-		_, err = rollout.Run(actx, c.spec(g, id, attempt, task), prior)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(actx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
-			// The attempt's own deadline (rollout_failure.rollout_timeout_s):
-			// rollout.Run records nothing when its context ends, so the
-			// failure is recorded here, as infra.
-			err = rollout.Infra("rollout", fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err))
-			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: runlog.ClassInfra, Reason: err.Error()}); aerr != nil {
-				return aerr
-			}
-		}
-		class := rollout.ClassOf(err)
-		if class == runlog.ClassInfra {
-			infra++
-		} else {
-			dataFails++
-		}
-		if infra >= rf.MaxInfraAttempts || dataFails >= rf.MaxDataAttempts {
-			return &exhaustedError{id: id, class: class, n: infra + dataFails, err: err}
-		}
-		// An environment that can neither restore its snapshot nor replay
-		// the logged actions identically cannot continue the episode: the
-		// next attempt starts it over (counted as a data failure).
-		restart = errors.Is(err, rollout.ErrDiverged)
-		c.log.Warn("rollout attempt failed, retrying", "rollout", id, "attempt", attempt, "class", class,
-			"restart", restart, "err", err)
-		if class == runlog.ClassInfra {
-			// Exponential backoff with jitter drawn from the attempt's id,
-			// so retries of many rollouts spread out but a run replays alike.
-			d := math.Min(rf.BackoffBaseS*math.Pow(2, float64(infra-1)), rf.BackoffCapS)
-			d *= 0.5 + 0.5*rng.Stream(c.cfg.Run.Seed, "backoff", uint64(id.Group), uint64(id.Member), uint64(attempt)).Float64()
-			select {
-			case <-time.After(time.Duration(d * float64(time.Second))):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	}
-}
-
-func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task) rollout.Spec {
-	rec := rollout.RecorderFunc(func(ctx context.Context, ev runlog.Event) error {
-		if _, err := c.o.Log.Append(ctx, ev); err != nil {
-			if errors.Is(err, runlog.ErrStaleAttempt) {
-				// A late answer of a fenced attempt: discarded, counted.
-				c.lateResults.Add(1)
-			}
-			return err
-		}
-		c.evMu.Lock()
-		if evs, ok := c.events[id]; ok {
-			c.events[id] = append(evs, ev)
-		}
-		c.evMu.Unlock()
-		if _, ok := ev.(runlog.CallFinished); ok {
-			c.o.Crash("call.logged")
-		}
-		return nil
-	})
-	sp := RolloutSpec(c.cfg, c.o.Envs, c.envParams, task, id, attempt,
-		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, seconds(c.cfg.RolloutFailure.CallTimeoutS)}, rec)
-	sp.Logger = c.log
-	return sp
-}
-
-// RolloutSpec is the rollout spec the config implies for one attempt; the
-// controller and the warm start build their rollouts with it.
-func RolloutSpec(cfg *config.Config, reg *env.Registry, params json.RawMessage, task env.Task, id runlog.RolloutID,
-	attempt uint32, envSeed uint64, g gen.Generator, rec rollout.Recorder) rollout.Spec {
-	return rollout.Spec{
-		Seed: cfg.Run.Seed, Rollout: id, Attempt: attempt, Task: task,
-		EnvSeed:         envSeed,
-		NewEnv:          func(context.Context) (env.Environment, error) { return reg.New(task.Env, params) },
-		Generator:       g,
-		Recorder:        rec,
-		ObservationRole: tokenizer.RoleUser,
-		Limits: rollout.Limits{MaxTurns: cfg.Rollout.MaxTurns, MaxTokensPerCall: cfg.Sampling.MaxTokensPerCall,
-			ContextBudget: cfg.Rollout.ContextBudget, MaxSampledTokens: cfg.Rollout.MaxTokensPerRollout},
-		Sampling: rollout.Sampling{Temperature: float32(cfg.Sampling.Temperature), TopP: float32(cfg.Sampling.TopP),
-			TopK: cfg.Sampling.TopK},
-		Compaction:   CompactionConfig(cfg),
-		MaxResamples: cfg.Rollout.MaxResamples,
-	}
-}
-
-// CompactionConfig maps the config's compaction section to the policy config.
-func CompactionConfig(cfg *config.Config) compaction.Config {
-	if !cfg.Compaction.Enabled {
-		return compaction.Config{}
-	}
-	cc := compaction.Config{Policy: cfg.Compaction.Policy, KeepTurns: cfg.Compaction.KeepLastTurns,
-		Threshold: cfg.Compaction.TriggerTokens}
-	if r := cfg.Compaction.TriggerRange; len(r) == 2 && r[1] > 0 {
-		cc.ThresholdMin, cc.ThresholdMax = r[0], r[1]
-	}
-	return cc
-}
-
-// EnvParams is the JSON of env.params (nil when empty).
-func EnvParams(cfg *config.Config) (json.RawMessage, error) {
-	if len(cfg.Env.Params) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(cfg.Env.Params)
-	if err != nil {
-		return nil, fmt.Errorf("env.params: %w", err)
-	}
-	return b, nil
-}
-
-// countingGen counts generated tokens for the tokens/s figure and puts
-// rollout_failure.call_timeout_s on every call.
-type countingGen struct {
-	g       gen.Generator
-	n       *atomic.Int64
-	timeout time.Duration
-}
-
-func (cg countingGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
-	if cg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cg.timeout)
-		defer cancel()
-	}
-	res, err := cg.g.Generate(ctx, reqs)
-	for _, r := range res {
-		cg.n.Add(int64(len(r.Tokens)))
-	}
-	return res, err
-}
-
-// checkStaleness (throughput mode) guards the bounded-staleness rule: a
-// group of step k is trained only if all its calls were generated within
-// lag versions of k-1. The producer starts step k only once version
-// k-1-lag is published and versions only grow, so a group it admitted is
-// never stale (nothing needs generating again); a violation is a bug and
-// stops the run rather than training on it.
-func (c *Controller) checkStaleness(k, lag int64) error {
-	// Generation of step k starts only once version k-1-lag is published
-	// and versions only grow, so a group admitted by this controller is
-	// never stale; groups resumed from a rewound log can be newer, never
-	// older. The check stays as the guard the schedule promises.
-	groups, _ := c.groupsFor(k)
-	for _, g := range groups {
-		for _, m := range g.Members {
-			for _, call := range m.Calls {
-				if k-1-call.Version > lag {
-					return fmt.Errorf("controller: group %s of step %d has a call of version %d, more than %d behind version %d", g.ID, k, call.Version, lag, k-1)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// trainStep trains step k on its committed groups and publishes version k.
-func (c *Controller) trainStep(ctx context.Context, k int64) error {
-	t0 := c.now()
-	all, _ := c.groupsFor(k)
-	var groups []*runlog.Group
-	dropped, replaced := 0, 0
-	for _, g := range all {
-		switch {
-		case g.Status == runlog.GroupStatusDropped:
-			dropped++
-			continue
-		case g.Replaces != 0:
-			replaced++
-		}
-		groups = append(groups, g)
-	}
-	P := c.cfg.GRPO.NumPromptsPerStep
-	if need := int(math.Ceil(c.cfg.RolloutFailure.MinStepBatchFraction * float64(P))); len(groups) < max(1, need) {
-		return fmt.Errorf("controller: step %d has %d of %d groups left after %d were dropped, fewer than rollout_failure.min_step_batch_fraction (%g) allows",
-			k, len(groups), P, dropped, c.cfg.RolloutFailure.MinStepBatchFraction)
-	}
-	acfg := advantage.Config{Estimator: c.cfg.GRPO.Estimator, Credit: c.cfg.GRPO.Credit}
-	scfg := segment.Config{OnUndeclaredBreak: c.cfg.Compaction.OnUndeclaredBreak}
-	var (
-		ags   []advantage.Group
-		ids   []runlog.GroupID
-		agg   metrics.StepAgg
-		stale []int64
-	)
-	for _, g := range groups {
-		if g.Status != runlog.GroupStatusCommitted {
-			return fmt.Errorf("controller: step %d: group %s is %s, not committed", k, g.ID, g.Status)
-		}
-		members := make([]advantage.Rollout, 0, len(g.Members))
-		for _, m := range g.Members {
-			evs, err := c.rolloutEvents(m.ID)
-			if err != nil {
-				return err
-			}
-			calls, bounds := rollout.Trace(evs, m.ID)
-			segs, _, err := segment.Build(calls, bounds, scfg)
-			if err != nil {
-				return fmt.Errorf("controller: step %d: rollout %s: %w", k, m.ID, err)
-			}
-			members = append(members, advantage.Rollout{ID: m.ID, Reward: m.Reward, Segments: segs})
-			agg.AddRollout(m, calls, segs)
-			for _, cl := range m.Calls {
-				stale = append(stale, k-1-cl.Version)
-			}
-		}
-		agg.EndGroup()
-		ag, err := advantage.Compute(acfg, members)
-		if err != nil {
-			return fmt.Errorf("controller: step %d: group %s: %w", k, g.ID, err)
-		}
-		ags = append(ags, ag)
-		ids = append(ids, g.ID)
-	}
-	b, counts, err := batch.Pack(train.LossPG, ags, c.cfg.GRPO.MicrobatchTokens)
-	if err != nil {
-		return fmt.Errorf("controller: step %d: %w", k, err)
-	}
-	c.o.Crash("train.before")
-	tt := c.now()
-	stats, err := c.o.Trainer.TrainStep(ctx, b)
-	if err != nil {
-		return fmt.Errorf("controller: step %d: %w", k, err)
-	}
-	trainDur := c.now().Sub(tt)
-	c.o.Crash("train.after")
-	if stats.Version != k {
-		return fmt.Errorf("controller: step %d: trainer published version %d (trainer and run log disagree)", k, stats.Version)
-	}
-	if _, err := c.o.Log.Append(ctx, runlog.StepTrained{Step: k, Groups: ids, Version: stats.Version}); err != nil {
-		return err
-	}
-	c.evMu.Lock()
-	for _, g := range groups {
-		for _, m := range g.Members {
-			delete(c.events, m.ID)
-		}
-	}
-	c.evMu.Unlock()
-	if err := c.o.Publish(ctx, stats.Version); err != nil {
-		return err
-	}
-	c.setVersion(stats.Version)
-
-	ms := agg.Step(k, counts)
-	ms.SetTrain(stats)
-	ms.Dropped, ms.Replaced = dropped, replaced
-	ms.LateResults = int(c.lateResults.Swap(0))
-	if len(stale) > 0 {
-		var sum float64
-		for _, v := range stale {
-			sum += float64(v)
-			ms.StalenessMax = max(ms.StalenessMax, v)
-		}
-		ms.StalenessMean = sum / float64(len(stale))
-	}
-	genDur := time.Duration(c.genTime.Swap(0))
-	ms.GenSeconds = genDur.Seconds()
-	ms.TrainSeconds = trainDur.Seconds()
-	ms.StepSeconds = c.now().Sub(t0).Seconds() + ms.GenSeconds
-	ms.ElapsedSeconds = c.now().Sub(c.start).Seconds()
-	if genDur > 0 {
-		ms.GenTokensPerSecond = float64(c.genTokens.Swap(0)) / genDur.Seconds()
-	}
-	if c.o.Metrics != nil {
-		if err := c.o.Metrics.Write(ms); err != nil {
-			return err
-		}
-	}
-	if k%int64(c.cfg.Run.LogEvery) == 0 || k == int64(c.cfg.Run.MaxSteps) {
-		c.log.Info("step", "step", k, "reward", round(ms.RewardMean), "success", round(ms.SuccessRate),
-			"compactions/rollout", round(ms.CompactionsPerRollout), "loss", round(ms.Loss),
-			"gen_s", round(ms.GenSeconds), "train_s", round(ms.TrainSeconds))
-	}
-	if c.o.Progress != nil {
-		c.o.Progress(Progress{Step: k, MaxSteps: int64(c.cfg.Run.MaxSteps), Metrics: ms, InFlight: int(c.inFlight.Load())})
-	}
-	cp := c.cfg.Checkpointing
-	if cp.Enabled && (k%int64(cp.SavePeriod) == 0 || k == int64(c.cfg.Run.MaxSteps)) {
-		metric := metricValue(ms, cp.Metric)
-		if err := c.checkpoint(ctx, k, metric); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// rolloutEvents returns a rollout's events: from the cache when this
-// process logged all of them, else from the log.
-func (c *Controller) rolloutEvents(id runlog.RolloutID) ([]runlog.Event, error) {
-	c.evMu.Lock()
-	evs, ok := c.events[id]
-	c.evMu.Unlock()
-	if ok {
-		return evs, nil
-	}
-	return c.o.Log.RolloutEvents(id)
-}
-
-// seconds converts a config duration; 0 or less means none (a day).
-func seconds(s float64) time.Duration {
-	if s <= 0 {
-		return 24 * time.Hour
-	}
-	return time.Duration(s * float64(time.Second))
-}
-
-func round(v float64) float64 { return math.Round(v*1000) / 1000 }
-
-// checkpoint writes the trainer's state as checkpoint k, records it, and
-// applies retention.
-func (c *Controller) checkpoint(ctx context.Context, k int64, metric *float64) error {
-	cp := c.cfg.Checkpointing
-	path, digest, err := ckpt.Write(c.ckptDir(), ckpt.Manifest{Step: k, Version: k, Metric: metric}, func(dir string) error {
-		if err := c.o.Trainer.SaveCheckpoint(ctx, dir); err != nil {
-			return err
-		}
-		c.o.Crash("checkpoint.write")
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("controller: checkpoint of step %d (the previous checkpoint stays valid): %w", k, err)
-	}
-	rel, _ := filepath.Rel(c.o.RunDir, path)
-	if _, err := c.o.Log.Append(ctx, runlog.CheckpointDurable{Step: k, Version: k, Path: rel, ManifestDigest: digest}); err != nil {
-		return err
-	}
-	if cp.KeepLastK > 0 {
-		if _, err := ckpt.Retain(c.ckptDir(), cp.KeepLastK, cp.KeepTopK, cp.HigherIsBetter); err != nil {
-			c.log.Warn("checkpoint retention", "err", err)
-		}
-	}
-	return nil
-}
-
-func metricValue(ms metrics.Step, name string) *float64 {
-	var v float64
-	switch name {
-	case "success_rate":
-		v = ms.SuccessRate
-	case "reward_mean":
-		v = ms.RewardMean
-	case "loss":
-		v = ms.Loss
-	default:
-		return nil
-	}
-	return &v
-}
-
-// snapshotter writes run-state snapshots on their own clock until stop.
-func (c *Controller) snapshotter(ctx context.Context) (stop func()) {
-	rc := c.cfg.RolloutCheckpointing
-	if !rc.Enabled || rc.SnapshotAttemptIntervalS <= 0 {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Duration(rc.SnapshotAttemptIntervalS * float64(time.Second)))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			c.o.Crash("snapshot.before")
-			info, err := c.o.Log.Snapshot(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					c.log.Warn("snapshot failed", "err", err)
-				}
-				continue
-			}
-			c.log.Debug("snapshot", "offset", info.Offset, "bytes", info.Bytes, "took", info.Duration)
-		}
-	}()
-	return func() { cancel(); <-done }
 }

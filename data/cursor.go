@@ -75,10 +75,39 @@ func (o *Order) Index(c Cursor) (int, error) {
 	return o.perm[c.Pos], nil
 }
 
+// Normalize maps the cursor past an epoch's last prompt (what the run
+// log holds after admitting it: Pos == Len) to the start of the next
+// epoch, whose order is that epoch's own seeded permutation. Any other
+// cursor is returned as it is.
+func (o *Order) Normalize(c Cursor) Cursor {
+	// Only Pos == Len: a cursor further out means the dataset shrank
+	// under a logged run, which Next reports as ErrCursor.
+	if c.Pos == uint64(o.ds.Len()) && c.Epoch < math.MaxUint32 {
+		return Cursor{Epoch: c.Epoch + 1}
+	}
+	return c
+}
+
+// Left returns how many prompts remain before epoch maxEpochs starts,
+// counting from c (normalized); maxEpochs 0 means no limit (math.MaxInt64).
+func (o *Order) Left(c Cursor, maxEpochs int) int64 {
+	if maxEpochs <= 0 {
+		return math.MaxInt64
+	}
+	c = o.Normalize(c)
+	if uint64(c.Epoch) >= uint64(maxEpochs) {
+		return 0
+	}
+	n := int64(o.ds.Len())
+	return (int64(maxEpochs)-int64(c.Epoch))*n - int64(c.Pos)
+}
+
 // Next returns the prompt at c and the cursor after it; the cursor after
 // the last prompt of an epoch is the start of the next epoch, so a cursor
-// returned by Next always points at a prompt. Log c with the prompt.
+// returned by Next always points at a prompt. A c past the end of its
+// epoch is normalized first, so callers log Normalize(c) with the prompt.
 func (o *Order) Next(c Cursor) (Prompt, Cursor, error) {
+	c = o.Normalize(c)
 	i, err := o.Index(c)
 	if err != nil {
 		return Prompt{}, c, err

@@ -3,6 +3,7 @@ package data
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -126,10 +127,55 @@ func TestCursorErrors(t *testing.T) {
 		t.Fatal("empty dataset accepted")
 	}
 	o, _ := NewOrder(gen(3), 1, true)
-	if _, _, err := o.Next(Cursor{Pos: 3}); !errors.Is(err, ErrCursor) {
+	if _, _, err := o.Next(Cursor{Pos: 4}); !errors.Is(err, ErrCursor) {
 		t.Fatalf("pos past the epoch: %v", err)
 	}
 	if !(Cursor{0, 5}).Less(Cursor{1, 0}) || (Cursor{1, 0}).Less(Cursor{0, 5}) {
 		t.Fatal("Less")
+	}
+}
+
+// TestEpochRollover: the cursor the run log holds after an epoch's last
+// prompt (Pos == Len) continues with the next epoch's own permutation, and
+// every prompt comes exactly once per epoch.
+func TestEpochRollover(t *testing.T) {
+	const n = 5
+	o, _ := NewOrder(gen(n), 11, true)
+	cur := Cursor{}
+	for e := range uint32(4) {
+		seen := map[string]int{}
+		var ids []string
+		for range n {
+			p, _, err := o.Next(cur)
+			if err != nil {
+				t.Fatalf("epoch %d at %v: %v", e, cur, err)
+			}
+			if got := o.Normalize(cur); got.Epoch != e {
+				t.Fatalf("cursor %v normalizes to epoch %d, want %d", cur, got.Epoch, e)
+			}
+			seen[p.ID]++
+			ids = append(ids, p.ID)
+			// What the run log keeps: the admitted position plus one.
+			c := o.Normalize(cur)
+			cur = Cursor{Epoch: c.Epoch, Pos: c.Pos + 1}
+		}
+		if len(seen) != n {
+			t.Fatalf("epoch %d admitted %v", e, seen)
+		}
+		perm := Permutation(11, e, n)
+		for i, id := range ids {
+			if id != fmt.Sprintf("p%d", perm[i]) {
+				t.Fatalf("epoch %d order %v, want permutation %v", e, ids, perm)
+			}
+		}
+	}
+	if got := o.Left(Cursor{Epoch: 1, Pos: 2}, 3); got != 8 {
+		t.Fatalf("Left = %d, want 8", got)
+	}
+	if got := o.Left(Cursor{Epoch: 2, Pos: n}, 3); got != 0 {
+		t.Fatalf("Left at the end of the last epoch = %d, want 0", got)
+	}
+	if got := o.Left(Cursor{Epoch: 9}, 0); got != math.MaxInt64 {
+		t.Fatalf("Left without a limit = %d", got)
 	}
 }

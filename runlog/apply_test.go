@@ -324,3 +324,79 @@ func TestRestartAttempt(t *testing.T) {
 		t.Fatalf("round trip: %+v %v", ev, err)
 	}
 }
+
+// TestBudgetsAreFolded: per-class failure counts are a fold of the log
+// (what a restarted controller reads back), survive a snapshot, and only
+// a logged GroupRequeued starts a new budget round.
+func TestBudgetsAreFolded(t *testing.T) {
+	s, g := started(t)
+	id := RolloutID{g, 0}
+	for _, ev := range []Event{
+		RolloutFailed{Rollout: id, Attempt: 2, Class: ClassInfra, Reason: "x"},
+		AttemptStarted{Rollout: id, Attempt: 3},
+		RolloutFailed{Rollout: id, Attempt: 3, Class: ClassData, Reason: "y"},
+		AttemptStarted{Rollout: id, Attempt: 4},
+		RolloutFailed{Rollout: id, Attempt: 4, Class: ClassInfra, Reason: "z"},
+	} {
+		if err := Apply(s, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := s.Rollout(id)
+	if r.InfraFailures != 2 || r.DataFailures != 1 || r.Failures != 3 {
+		t.Fatalf("infra %d data %d total %d, want 2 1 3", r.InfraFailures, r.DataFailures, r.Failures)
+	}
+	snap := NewState()
+	if err := decodeStateBody(snap, encodeStateBody(nil, s, true, nil, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := snap.Rollout(id); got.InfraFailures != 2 || got.DataFailures != 1 {
+		t.Fatalf("after a snapshot: infra %d data %d", got.InfraFailures, got.DataFailures)
+	}
+	// Member 1 never started: the group cannot be requeued while... it is
+	// pending, which is allowed; the step must move forward.
+	if err := Apply(s, GroupRequeued{Group: g, Step: 0}); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("requeue to the same step: %v", err)
+	}
+	if err := Apply(s, GroupRequeued{Group: g, Step: 3, Class: ClassInfra, Reason: "exhausted"}); err != nil {
+		t.Fatal(err)
+	}
+	gr := s.Groups[g]
+	if r := s.Rollout(id); r.InfraFailures != 0 || r.DataFailures != 0 || r.Failures != 3 || gr.ForStep != 3 || gr.AdmittedFor != 0 || gr.Retries != 1 {
+		t.Fatalf("after requeue: rollout %+v group for %d admitted for %d retries %d", r, gr.ForStep, gr.AdmittedFor, gr.Retries)
+	}
+}
+
+// TestRegenerate: a regenerated member is pending again, its next attempt
+// must restart the episode, and its old attempt is fenced.
+func TestRegenerate(t *testing.T) {
+	s, g := started(t)
+	id := RolloutID{g, 0}
+	if err := Apply(s, RolloutRegenerated{Rollout: id}); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("regenerating a running rollout: %v", err)
+	}
+	if err := Apply(s, RolloutSealed{Rollout: id, Attempt: 2, Outcome: OutcomeCompleted, Reward: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(s, RolloutRegenerated{Rollout: id, Reason: "stale"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Rollout(id); r.Status != StatusPending || r.Reward != 0 {
+		t.Fatalf("after regenerate: %+v", r)
+	}
+	if err := Apply(s, EnvStep{Rollout: id, Attempt: 2, Turn: 0}); !errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("late env step of the regenerated attempt: %v", err)
+	}
+	if err := Apply(s, EnvStep{Rollout: RolloutID{g, 1}, Attempt: 0, Turn: 0}); err == nil || errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("an event of a rollout that never started: %v", err)
+	}
+	if err := Apply(s, AttemptStarted{Rollout: id, Attempt: 3}); err == nil {
+		t.Fatal("a regenerated rollout continued its old episode")
+	}
+	if err := Apply(s, AttemptStarted{Rollout: id, Attempt: 3, Restart: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(s, RolloutSealed{Rollout: id, Attempt: 2}); !errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("late result of the fenced attempt: %v", err)
+	}
+}

@@ -388,6 +388,14 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 		e.uv(uint64(v.Group))
 		e.str(v.Class)
 		e.str(v.Reason)
+	case GroupRequeued:
+		e.uv(uint64(v.Group))
+		e.sv(v.Step)
+		e.str(v.Class)
+		e.str(v.Reason)
+	case RolloutRegenerated:
+		e.rollout(v.Rollout)
+		e.str(v.Reason)
 	default:
 		return dst, fmt.Errorf("%w: %T", ErrUnknownKind, ev)
 	}
@@ -534,6 +542,10 @@ func decodeEvent(b []byte) (Event, error) {
 		ev = Rewound{Step: d.sv(), Version: d.sv()}
 	case KindGroupDropped:
 		ev = GroupDropped{Group: GroupID(d.uv()), Class: d.str(), Reason: d.str()}
+	case KindGroupRequeued:
+		ev = GroupRequeued{Group: GroupID(d.uv()), Step: d.sv(), Class: d.str(), Reason: d.str()}
+	case KindRolloutRegenerated:
+		ev = RolloutRegenerated{Rollout: d.rollout(), Reason: d.str()}
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownKind, kind)
 	}
@@ -578,20 +590,22 @@ func (d *dec) ref() blobRef {
 }
 
 var kindNames = [...]string{
-	KindRunStarted:        "RunStarted",
-	KindPromptAdmitted:    "PromptAdmitted",
-	KindAttemptStarted:    "AttemptStarted",
-	KindCallFinished:      "CallFinished",
-	KindEnvStep:           "EnvStep",
-	KindCompaction:        "Compaction",
-	KindRolloutSealed:     "RolloutSealed",
-	KindRolloutFailed:     "RolloutFailed",
-	KindGroupCommitted:    "GroupCommitted",
-	KindStepTrained:       "StepTrained",
-	KindCheckpointDurable: "CheckpointDurable",
-	KindSnapshotWritten:   "SnapshotWritten",
-	KindRewound:           "Rewound",
-	KindGroupDropped:      "GroupDropped",
+	KindRunStarted:         "RunStarted",
+	KindPromptAdmitted:     "PromptAdmitted",
+	KindAttemptStarted:     "AttemptStarted",
+	KindCallFinished:       "CallFinished",
+	KindEnvStep:            "EnvStep",
+	KindCompaction:         "Compaction",
+	KindRolloutSealed:      "RolloutSealed",
+	KindRolloutFailed:      "RolloutFailed",
+	KindGroupCommitted:     "GroupCommitted",
+	KindStepTrained:        "StepTrained",
+	KindCheckpointDurable:  "CheckpointDurable",
+	KindSnapshotWritten:    "SnapshotWritten",
+	KindRewound:            "Rewound",
+	KindGroupDropped:       "GroupDropped",
+	KindGroupRequeued:      "GroupRequeued",
+	KindRolloutRegenerated: "RolloutRegenerated",
 }
 
 // String returns the kind's type name, e.g. "CallFinished".
@@ -603,4 +617,4 @@ func (k Kind) String() string {
 }
 
 // numKinds bounds the kind values this build knows (exclusive).
-const numKinds = int(KindGroupDropped) + 1
+const numKinds = int(KindRolloutRegenerated) + 1

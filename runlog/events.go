@@ -24,6 +24,8 @@ const (
 	KindSnapshotWritten
 	KindRewound
 	KindGroupDropped
+	KindGroupRequeued
+	KindRolloutRegenerated
 )
 
 // GroupID names a prompt group. It is derived from (run seed, epoch, cursor)
@@ -215,6 +217,27 @@ type GroupDropped struct {
 	Reason string
 }
 
+// GroupRequeued records that a group whose member used up its attempts is
+// retried later instead of dropped (rollout_failure.on_dropped_prompt:
+// retry): the group stays open and moves to step Step; its sealed members
+// keep their calls, and its failed members get a fresh attempt budget and
+// resume from their last good call.
+type GroupRequeued struct {
+	Group  GroupID
+	Step   int64 // the step the group is scheduled for now; later than its current one
+	Class  string
+	Reason string
+}
+
+// RolloutRegenerated records that a sealed (or failed) member of an open group is
+// generated again from the start as a new attempt (throughput mode: its
+// calls are older than run.max_lag allows for the step it now trains in).
+// Its next attempt must be a Restart; its old calls are never trained.
+type RolloutRegenerated struct {
+	Rollout RolloutID
+	Reason  string
+}
+
 // Rewound records a resume from a checkpoint older than the log's last
 // trained step: steps after Step are undone, their groups go back to
 // committed-not-trained, and the trainer stands at Step and Version again.
@@ -223,8 +246,12 @@ type Rewound struct {
 	Version int64
 }
 
-func (Rewound) Kind() Kind           { return KindRewound }
-func (GroupDropped) Kind() Kind      { return KindGroupDropped }
+func (Rewound) Kind() Kind       { return KindRewound }
+func (GroupDropped) Kind() Kind  { return KindGroupDropped }
+func (GroupRequeued) Kind() Kind { return KindGroupRequeued }
+func (RolloutRegenerated) Kind() Kind {
+	return KindRolloutRegenerated
+}
 func (RunStarted) Kind() Kind        { return KindRunStarted }
 func (PromptAdmitted) Kind() Kind    { return KindPromptAdmitted }
 func (AttemptStarted) Kind() Kind    { return KindAttemptStarted }

@@ -578,6 +578,10 @@ func markDirty(d map[GroupID]struct{}, ev Event) {
 		d[v.Group] = struct{}{}
 	case GroupDropped:
 		d[v.Group] = struct{}{}
+	case GroupRequeued:
+		d[v.Group] = struct{}{}
+	case RolloutRegenerated:
+		d[v.Rollout.Group] = struct{}{}
 	case StepTrained:
 		for _, g := range v.Groups {
 			d[g] = struct{}{}

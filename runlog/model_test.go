@@ -53,7 +53,8 @@ func nextEvent(s *State, c chooser) Event {
 		if r.Status == StatusFailed && c.intn(3) == 0 {
 			break // leave it failed for good
 		}
-		return AttemptStarted{Rollout: r.ID, Attempt: r.Attempt + 1 + uint32(c.intn(2)), Seed: uint64(c.intn(1000)), Version: s.Version}
+		return AttemptStarted{Rollout: r.ID, Attempt: r.Attempt + 1 + uint32(c.intn(2)), Seed: uint64(c.intn(1000)), Version: s.Version,
+			Restart: r.Regenerate || c.intn(8) == 0}
 	case StatusRunning:
 		switch k := c.intn(10); {
 		case k < 5:
@@ -64,9 +65,29 @@ func nextEvent(s *State, c chooser) Event {
 			return Compaction{Rollout: r.ID, Attempt: r.Attempt, Boundary: r.Compactions, AfterCall: uint32(len(r.Calls) - 1), Policy: "recency",
 				Lineage: []Lineage{{Message: 0, Op: OpKept}, {Message: 1, Op: OpDropped}}, TokensBefore: r.CtxLen, TokensAfter: r.CtxLen / 2}
 		case k == 8:
-			return RolloutFailed{Rollout: r.ID, Attempt: r.Attempt, Class: ClassInfra, Reason: "timeout"}
+			class := ClassInfra
+			if c.intn(3) == 0 {
+				class = ClassData
+			}
+			return RolloutFailed{Rollout: r.ID, Attempt: r.Attempt, Class: class, Reason: "timeout"}
 		default:
 			return RolloutSealed{Rollout: r.ID, Attempt: r.Attempt, Outcome: OutcomeCompleted, Reward: float64(c.intn(2)), Success: c.intn(2) == 0}
+		}
+	}
+	running := false
+	for _, m := range g.Members {
+		running = running || m.Status == StatusRunning
+	}
+	if !running && c.intn(6) == 0 {
+		// A retry of the group (on_dropped_prompt: retry), or a stale
+		// member generated again (throughput mode).
+		for _, m := range g.Members {
+			switch m.Status {
+			case StatusFailed:
+				return GroupRequeued{Group: g.ID, Step: max(g.ForStep, s.Step) + 1 + int64(c.intn(2)), Class: m.LastFailure.Class, Reason: "exhausted"}
+			case StatusSealed:
+				return RolloutRegenerated{Rollout: m.ID, Reason: "stale"}
+			}
 		}
 	}
 	for _, m := range g.Members {
@@ -75,7 +96,7 @@ func nextEvent(s *State, c chooser) Event {
 			if m.Status == StatusRunning {
 				return RolloutSealed{Rollout: m.ID, Attempt: m.Attempt, Outcome: OutcomeMaxTurns}
 			}
-			return AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: s.Version}
+			return AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: s.Version, Restart: m.Regenerate}
 		}
 	}
 	return GroupCommitted{Group: g.ID}

@@ -30,7 +30,7 @@ import (
 // next snapshot is a base and the old chain is deleted.
 
 const (
-	snapVersion = 1
+	snapVersion = 2 // 2 added per-class failure counts, Regenerate, AdmittedFor and Retries
 	snapBase    = 0
 	snapDelta   = 1
 	snapHeader  = 22
@@ -254,6 +254,8 @@ func encodeGroup(e *enc, g *Group) {
 	e.u8(uint8(g.Status))
 	e.sv(g.Step)
 	e.sv(g.ForStep)
+	e.sv(g.AdmittedFor)
+	e.uv(uint64(g.Retries))
 	e.uv(uint64(g.Replaces))
 	e.uv(uint64(len(g.Members)))
 	for _, r := range g.Members {
@@ -269,6 +271,10 @@ func encodeGroup(e *enc, g *Group) {
 		e.f64(r.EnvReward)
 		e.bool(r.EnvDone)
 		e.uv(uint64(r.Failures))
+		e.uv(uint64(r.InfraFailures))
+		e.uv(uint64(r.DataFailures))
+		e.bool(r.Regenerate)
+		e.uv(uint64(r.EpisodeStart))
 		e.uv(uint64(r.LastFailure.Attempt))
 		e.str(r.LastFailure.Class)
 		e.str(r.LastFailure.Reason)
@@ -370,7 +376,7 @@ func (d *dec) count() int {
 }
 
 func decodeGroup(d *dec) *Group {
-	g := &Group{ID: GroupID(d.uv()), Seq: d.uv(), Epoch: d.u32(), Cursor: d.uv(), PromptID: d.str(), Status: GroupStatus(d.u8()), Step: d.sv(), ForStep: d.sv(), Replaces: GroupID(d.uv())}
+	g := &Group{ID: GroupID(d.uv()), Seq: d.uv(), Epoch: d.u32(), Cursor: d.uv(), PromptID: d.str(), Status: GroupStatus(d.u8()), Step: d.sv(), ForStep: d.sv(), AdmittedFor: d.sv(), Retries: d.u32(), Replaces: GroupID(d.uv())}
 	n := d.count()
 	g.Members = make([]*Rollout, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -387,6 +393,10 @@ func decodeGroup(d *dec) *Group {
 		r.EnvReward = d.f64()
 		r.EnvDone = d.bool()
 		r.Failures = d.u32()
+		r.InfraFailures = d.u32()
+		r.DataFailures = d.u32()
+		r.Regenerate = d.bool()
+		r.EpisodeStart = d.u32()
 		r.LastFailure = Failure{Attempt: d.u32(), Class: d.str(), Reason: d.str()}
 		r.Outcome = d.str()
 		r.Reward = d.f64()

@@ -122,11 +122,25 @@ type Rollout struct {
 	EnvSteps          uint32
 	EnvReward         float64 // sum of EnvStep rewards
 	EnvDone           bool
-	Failures          uint32
-	LastFailure       Failure
-	Outcome           string
-	Reward            float64
-	Success           bool
+	Failures          uint32 // failed attempts, over the run
+	// InfraFailures and DataFailures are the failed attempts of the
+	// current budget round, by class: what rollout_failure's attempt
+	// budgets are checked against. They are folded from the log, so a
+	// restart never hands a rollout a fresh budget; only a GroupRequeued
+	// (a logged retry of the whole group) starts a new round.
+	InfraFailures uint32
+	DataFailures  uint32
+	// Regenerate is set by RolloutRegenerated: the next attempt must
+	// start the episode over.
+	Regenerate bool
+	// EpisodeStart is the index of the first call of the current episode:
+	// calls before it belong to episodes a Restart abandoned (kept for
+	// analysis, never trained).
+	EpisodeStart uint32
+	LastFailure  Failure
+	Outcome      string
+	Reward       float64
+	Success      bool
 	// Events are the offsets of every event of this rollout, in log
 	// order: what a resumed rollout replays (Log.RolloutEvents).
 	Events []Offset
@@ -140,10 +154,14 @@ type Group struct {
 	Cursor   uint64
 	PromptID string
 	Status   GroupStatus
-	Step     int64   // the step that trained it, when Status == GroupStatusTrained
-	ForStep  int64   // the step the schedule assigned it to at admission (PromptAdmitted.Step)
-	Replaces GroupID // the dropped group it stands in for, or 0
-	Members  []*Rollout
+	Step     int64 // the step that trained it, when Status == GroupStatusTrained
+	ForStep  int64 // the step the group is scheduled to train in: PromptAdmitted.Step, moved by GroupRequeued
+	// AdmittedFor is PromptAdmitted.Step: the step whose prompts this
+	// group counts against, wherever a retry moved it.
+	AdmittedFor int64
+	Retries     uint32  // GroupRequeued events so far
+	Replaces    GroupID // the dropped group it stands in for, or 0
+	Members     []*Rollout
 }
 
 // TrainedStep is one StepTrained.
@@ -237,6 +255,11 @@ func (s *State) live(id RolloutID, attempt uint32) (*Rollout, error) {
 		return nil, fmt.Errorf("%w: rollout %s attempt %d, current is %d", ErrStaleAttempt, id, attempt, r.Attempt)
 	case attempt > r.Attempt:
 		return nil, invalid("rollout %s attempt %d was never started (current %d)", id, attempt, r.Attempt)
+	case r.Status == StatusPending && r.Regenerate:
+		// The attempt was fenced by RolloutRegenerated: a late result.
+		return nil, fmt.Errorf("%w: rollout %s attempt %d was regenerated", ErrStaleAttempt, id, attempt)
+	case r.Status == StatusPending:
+		return nil, invalid("rollout %s has no attempt started", id)
 	case r.Status == StatusSealed:
 		return nil, fmt.Errorf("%w: %s", ErrSealed, id)
 	case r.Status == StatusFailed:
@@ -277,6 +300,10 @@ func apply(s *State, ev Event, off Offset) error {
 		if v.Attempt <= r.Attempt {
 			return fmt.Errorf("%w: rollout %s attempt %d, current is %d", ErrStaleAttempt, v.Rollout, v.Attempt, r.Attempt)
 		}
+		if r.Regenerate && !v.Restart {
+			return invalid("rollout %s is being regenerated: attempt %d must restart the episode", v.Rollout, v.Attempt)
+		}
+		r.Regenerate = false
 		r.Attempt, r.AttemptSeed, r.AttemptVersion, r.Status = v.Attempt, v.Seed, v.Version, StatusRunning
 		if v.Restart {
 			// The episode starts over: a fresh context (the next call
@@ -286,6 +313,7 @@ func apply(s *State, ev Event, off Offset) error {
 			if len(r.Calls) > 0 {
 				r.Segment++
 			}
+			r.EpisodeStart = uint32(len(r.Calls))
 		}
 		r.Events = append(r.Events, off)
 	case CallFinished:
@@ -335,6 +363,11 @@ func apply(s *State, ev Event, off Offset) error {
 		}
 		r.Status = StatusFailed
 		r.Failures++
+		if v.Class == ClassInfra {
+			r.InfraFailures++
+		} else {
+			r.DataFailures++
+		}
 		r.LastFailure = Failure{Attempt: v.Attempt, Class: v.Class, Reason: v.Reason}
 		r.Events = append(r.Events, off)
 	case GroupDropped:
@@ -351,6 +384,44 @@ func apply(s *State, ev Event, off Offset) error {
 			}
 		}
 		g.Status = GroupStatusDropped
+	case GroupRequeued:
+		g := s.Groups[v.Group]
+		if g == nil {
+			return fmt.Errorf("%w %s", ErrUnknownGroup, v.Group)
+		}
+		if g.Status != GroupStatusOpen {
+			return fmt.Errorf("%w: requeue of %s, which is %v", ErrGroupState, v.Group, g.Status)
+		}
+		if v.Step <= g.ForStep || v.Step <= s.Step {
+			return invalid("requeue of %s to step %d: it is scheduled for %d and step %d is trained", v.Group, v.Step, g.ForStep, s.Step)
+		}
+		for _, r := range g.Members {
+			if r.Status == StatusRunning {
+				return fmt.Errorf("%w: requeue of %s: member %s is still running", ErrGroupState, v.Group, r.ID)
+			}
+		}
+		g.ForStep = v.Step
+		g.Retries++
+		for _, r := range g.Members {
+			if r.Status == StatusFailed {
+				r.InfraFailures, r.DataFailures = 0, 0
+			}
+		}
+	case RolloutRegenerated:
+		r, err := s.rollout(v.Rollout)
+		if err != nil {
+			return err
+		}
+		if g := s.Groups[v.Rollout.Group]; g.Status != GroupStatusOpen {
+			return fmt.Errorf("%w: regenerating %s of a %v group", ErrGroupState, v.Rollout, g.Status)
+		}
+		if r.Status != StatusSealed && r.Status != StatusFailed {
+			return invalid("regenerating %s, which is %v, neither sealed nor failed", v.Rollout, r.Status)
+		}
+		r.Status, r.Regenerate = StatusPending, true
+		// Not one of the rollout's replay events: the Restart of its next
+		// attempt is what tells a replay to start the episode over.
+		r.Outcome, r.Reward, r.Success = "", 0, false
 	case GroupCommitted:
 		g := s.Groups[v.Group]
 		if g == nil {
@@ -444,11 +515,14 @@ func applyAdmit(s *State, v PromptAdmitted) error {
 	}
 	switch {
 	case v.Epoch == s.Epoch && v.Cursor == s.NextCursor:
-	case v.Epoch > s.Epoch && v.Cursor == 0:
+	case v.Epoch == s.Epoch+1 && v.Cursor == 0:
+		// The next epoch starts at its first position; an epoch is never
+		// skipped. (Whether the previous epoch was used up is the data's
+		// business: the log does not know the dataset's size.)
 	default:
 		return invalid("prompt %q at epoch %d cursor %d, but the cursor is at epoch %d position %d", v.PromptID, v.Epoch, v.Cursor, s.Epoch, s.NextCursor)
 	}
-	g := &Group{ID: v.Group, Seq: uint64(len(s.Order)), Epoch: v.Epoch, Cursor: v.Cursor, PromptID: v.PromptID, ForStep: v.Step,
+	g := &Group{ID: v.Group, Seq: uint64(len(s.Order)), Epoch: v.Epoch, Cursor: v.Cursor, PromptID: v.PromptID, ForStep: v.Step, AdmittedFor: v.Step,
 		Replaces: v.Replaces, Members: make([]*Rollout, v.Size)}
 	for i := range g.Members {
 		g.Members[i] = &Rollout{ID: RolloutID{Group: v.Group, Member: uint16(i)}}

@@ -70,7 +70,11 @@ names the keys that may differ.`,
 			if err != nil {
 				return err
 			}
-			opts := runner.Options{RunDir: runDir, Logger: log, AllowChange: allow, Crash: crash,
+			trace, err := crashtest.GenTrace(os.Getenv(crashtest.EnvGenTrace))
+			if err != nil {
+				return err
+			}
+			opts := runner.Options{RunDir: runDir, Logger: log, AllowChange: allow, Crash: crash, WrapGenerator: trace,
 				Progress: disp.progress, WarmStartProgress: disp.warmStart, Live: tr.setLive}
 			if metricsAddr != "" {
 				obs := promtrain.New(cfg.Run.MaxSteps)

@@ -34,11 +34,12 @@ type Config struct {
 
 // Run configures the run as a whole.
 type Run struct {
-	Seed     uint64 `yaml:"seed" doc:"run seed; every random stream derives from it"`
-	Mode     string `yaml:"mode" enum:"deterministic|throughput" doc:"deterministic: fixed step schedule, bit-identical resume; throughput: timing may regroup steps"`
-	MaxSteps int    `yaml:"max_steps" doc:"optimizer steps to run"`
-	MaxLag   int    `yaml:"max_lag" doc:"how many versions a group's generating policy may trail the trained one"`
-	LogEvery int    `yaml:"log_every" doc:"print metrics every N steps"`
+	Seed      uint64 `yaml:"seed" doc:"run seed; every random stream derives from it"`
+	Mode      string `yaml:"mode" enum:"deterministic|throughput" doc:"deterministic: fixed step schedule, bit-identical resume; throughput: timing may regroup steps"`
+	MaxSteps  int    `yaml:"max_steps" doc:"optimizer steps to run"`
+	MaxEpochs int    `yaml:"max_epochs" doc:"passes over the dataset before the run ends (whichever of max_steps and max_epochs comes first); a step is trained only when all its prompts fit; 0 = no limit"`
+	MaxLag    int    `yaml:"max_lag" doc:"how many versions a group's generating policy may trail the trained one"`
+	LogEvery  int    `yaml:"log_every" doc:"print metrics every N steps"`
 }
 
 // Data configures the prompt dataset.
@@ -166,7 +167,9 @@ type RolloutFailure struct {
 	MaxSkippedPrompts            int     `yaml:"max_skipped_prompts" doc:"prompts dropped after data failures over the run before it aborts"`
 	MaxConsecutiveDroppedPrompts int     `yaml:"max_consecutive_dropped_prompts" doc:"prompts dropped after infra failures in a row (reset by a commit) before the run aborts"`
 	MinStepBatchFraction         float64 `yaml:"min_step_batch_fraction" doc:"smallest fraction of num_prompts_per_step a shrunk step may train"`
-	OnDroppedPrompt              string  `yaml:"on_dropped_prompt" enum:"shrink|replace" doc:"a dropped group shrinks the step or is replaced by a spare prompt"`
+	OnDroppedPrompt              string  `yaml:"on_dropped_prompt" enum:"retry|shrink|replace" doc:"a group whose member used up its attempts: retry it in a later step (keeping its sealed members and logged calls), shrink the step, or replace it with a spare prompt"`
+	MaxGroupRetries              int     `yaml:"max_group_retries" doc:"retries of one group (on_dropped_prompt: retry) before it is dropped for good and its step shrinks"`
+	RetryDelaySteps              int     `yaml:"retry_delay_steps" doc:"steps a retried group is requeued by (on_dropped_prompt: retry); ≥ 1"`
 	StallTimeoutS                float64 `yaml:"stall_timeout_s" doc:"seconds without progress before the watchdog fires; 0 = off"`
 	StallAction                  string  `yaml:"stall_action" enum:"warn|abort" doc:"what the stall watchdog does"`
 	CallTimeoutS                 float64 `yaml:"call_timeout_s" doc:"seconds one model call may take (an infra failure after)"`
@@ -216,7 +219,7 @@ func Default() *Config {
 		RolloutFailure: RolloutFailure{MaxInfraAttempts: 4, MaxDataAttempts: 2,
 			BackoffBaseS: 0.5, BackoffCapS: 10, MaxSkippedPrompts: 16,
 			MaxConsecutiveDroppedPrompts: 4, MinStepBatchFraction: 0.5,
-			OnDroppedPrompt: "shrink", StallTimeoutS: 300, StallAction: "warn",
+			OnDroppedPrompt: "retry", MaxGroupRetries: 2, RetryDelaySteps: 1, StallTimeoutS: 300, StallAction: "warn",
 			CallTimeoutS: 60, RolloutTimeoutS: 600},
 		Generator: Generator{Kind: "embedded", URLs: []string{}},
 		Trainer:   Trainer{Kind: "embedded"},

@@ -19,6 +19,7 @@ func (c *Config) Validate() error {
 
 	r := c.Run
 	v.min("run.max_steps", r.MaxSteps, 1)
+	v.min("run.max_epochs", r.MaxEpochs, 0)
 	v.min("run.max_lag", r.MaxLag, 0)
 	v.min("run.log_every", r.LogEvery, 1)
 
@@ -145,6 +146,8 @@ func (c *Config) Validate() error {
 	}
 	v.min("rollout_failure.max_skipped_prompts", f.MaxSkippedPrompts, 0)
 	v.min("rollout_failure.max_consecutive_dropped_prompts", f.MaxConsecutiveDroppedPrompts, 0)
+	v.min("rollout_failure.max_group_retries", f.MaxGroupRetries, 0)
+	v.min("rollout_failure.retry_delay_steps", f.RetryDelaySteps, 1)
 	v.rangeF("rollout_failure.min_step_batch_fraction", f.MinStepBatchFraction, 0, 1, true)
 	v.minF("rollout_failure.stall_timeout_s", f.StallTimeoutS, 0)
 	v.positive("rollout_failure.call_timeout_s", f.CallTimeoutS)

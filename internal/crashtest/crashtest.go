@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -62,6 +63,46 @@ func CrashHook(spec string) (func(string), error) {
 			select {} // the signal is on its way
 		}
 	}, nil
+}
+
+// EnvGenTrace names the environment variable that makes a child append the
+// sampling seed of every generator request it makes to a file, one decimal
+// per line. A request's seed is rollout.SampleSeed(run seed, rollout, call)
+// whatever the attempt, so a seed traced by a process started after that
+// call was logged is a logged call generated again.
+const EnvGenTrace = "LONGHAUL_GEN_TRACE"
+
+// GenTrace returns the generator wrapper a child installs for the trace
+// file path (nil when path is empty). Each line is one unbuffered write:
+// what was written survives the SIGKILL of the writer.
+func GenTrace(path string) (func(gen.Generator) gen.Generator, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvGenTrace, err)
+	}
+	return func(g gen.Generator) gen.Generator { return tracingGen{g: g, f: f} }, nil
+}
+
+// tracingGen needs no lock: an O_APPEND write of one buffer is atomic
+// with respect to other appends to the same file.
+type tracingGen struct {
+	g gen.Generator
+	f *os.File
+}
+
+func (t tracingGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+	var b []byte
+	for _, r := range reqs {
+		b = strconv.AppendUint(b, r.Seed, 10)
+		b = append(b, '\n')
+	}
+	if _, err := t.f.Write(b); err != nil {
+		return nil, fmt.Errorf("crashtest: generator trace: %w", err)
+	}
+	return t.g.Generate(ctx, reqs)
 }
 
 // Options configure a crash test.
@@ -135,7 +176,7 @@ type proc struct {
 	err    error
 }
 
-func (o Options) start(ctx context.Context, dir, crashAt string) *proc {
+func (o Options) start(ctx context.Context, dir, crashAt string, env ...string) *proc {
 	args := []string{"train", "--run-dir", dir, "--no-progress", "--log-level", "warn"}
 	if o.Config != "" {
 		args = append(args, "--config", o.Config)
@@ -143,7 +184,7 @@ func (o Options) start(ctx context.Context, dir, crashAt string) *proc {
 	args = append(args, o.Overrides...)
 	p := &proc{killed: make(chan struct{})}
 	p.cmd = exec.CommandContext(ctx, o.Binary, args...)
-	p.cmd.Env = append(os.Environ(), EnvCrashAt+"="+crashAt)
+	p.cmd.Env = append(append(os.Environ(), EnvCrashAt+"="+crashAt), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	p.err = p.cmd.Start()
 	return p

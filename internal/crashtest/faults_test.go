@@ -353,7 +353,8 @@ func tail(s string, n int) string {
 func TestDropCapAbortsRun(t *testing.T) {
 	bin := binary(t)
 	r := runWithFaults(t, bin, faultproxy.NthPrompt(faultproxy.Malformed, 2, 30),
-		"rollout_failure.max_skipped_prompts=1", "rollout_failure.max_consecutive_dropped_prompts=50")
+		"rollout_failure.max_skipped_prompts=1", "rollout_failure.max_consecutive_dropped_prompts=50",
+		"rollout_failure.on_dropped_prompt=shrink")
 	if r.err == nil {
 		t.Fatalf("the run finished with two prompts failing every time and max_skipped_prompts=1:\n%s", tail(r.out, 20))
 	}

@@ -28,15 +28,23 @@ type Step struct {
 	ClipFrac              float64 `json:"clip_frac"`
 	StalenessMean         float64 `json:"staleness_mean"` // trainer version minus generating version, averaged over calls
 	StalenessMax          int64   `json:"staleness_max"`
-	Regenerated           int     `json:"regenerated"`  // throughput mode: stale groups generated again
+	Regenerated           int     `json:"regenerated"`  // throughput mode: stale members generated again as new attempts
 	Dropped               int     `json:"dropped"`      // groups of this step dropped (a member used up its attempts)
 	Replaced              int     `json:"replaced"`     // groups of this step that are spares for dropped ones
 	LateResults           int     `json:"late_results"` // results of fenced (older) attempts, discarded
-	GenSeconds            float64 `json:"gen_s"`
-	TrainSeconds          float64 `json:"train_s"`
-	StepSeconds           float64 `json:"step_s"`
-	ElapsedSeconds        float64 `json:"elapsed_s"`
-	GenTokensPerSecond    float64 `json:"gen_tokens_per_s"`
+	// Retried groups (rollout_failure.on_dropped_prompt: retry): how many
+	// trained groups were retried, and the generated tokens per rollout of
+	// retried, first-try and dropped groups. Recovered work is longer on
+	// average (a member that failed ran longer); these show the bias.
+	Recovered           int     `json:"recovered"`
+	RecoveredTokensMean float64 `json:"recovered_tokens_mean"`
+	FreshTokensMean     float64 `json:"fresh_tokens_mean"`
+	DroppedTokensMean   float64 `json:"dropped_tokens_mean"`
+	GenSeconds          float64 `json:"gen_s"`
+	TrainSeconds        float64 `json:"train_s"`
+	StepSeconds         float64 `json:"step_s"`
+	ElapsedSeconds      float64 `json:"elapsed_s"`
+	GenTokensPerSecond  float64 `json:"gen_tokens_per_s"`
 
 	// GRPO diagnostics (docs/observability.md). Lengths are per rollout:
 	// prompt = the first call's prompt, completion = tokens the policy

@@ -82,7 +82,7 @@ func accounting(t *testing.T, dir string) *runlog.Report {
 // max_data_attempts and then dropped; the run finishes, and the books
 // balance. With on_dropped_prompt: replace every step trains a full batch.
 func TestCrashingEnvironmentDropsPrompts(t *testing.T) {
-	for _, mode := range []string{"shrink", "replace"} {
+	for _, mode := range []string{"shrink", "replace", "retry"} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := tiny(t, "env.name=crashy", "run.max_steps=6", "grpo.num_prompts_per_step=4",
@@ -115,6 +115,14 @@ func TestCrashingEnvironmentDropsPrompts(t *testing.T) {
 			if mode == "shrink" && dropped == 0 {
 				t.Fatal("shrink mode: no step reports a dropped group")
 			}
+			if mode == "retry" {
+				// The crashy environment fails the same tasks every time, so
+				// each such group is retried max_group_retries times and
+				// then dropped: the log holds both.
+				if rep.Counts["GroupRequeued"] == 0 {
+					t.Fatal("retry mode: no group was requeued")
+				}
+			}
 		})
 	}
 }
@@ -124,7 +132,8 @@ func TestCrashingEnvironmentDropsPrompts(t *testing.T) {
 func TestDropCapStopsTheRun(t *testing.T) {
 	dir := t.TempDir()
 	cfg := tiny(t, "env.name=crashy", "run.max_steps=20", "grpo.num_prompts_per_step=4",
-		"rollout_failure.max_skipped_prompts=1", "rollout_failure.min_step_batch_fraction=0.25")
+		"rollout_failure.max_skipped_prompts=1", "rollout_failure.min_step_batch_fraction=0.25",
+		"rollout_failure.on_dropped_prompt=shrink")
 	err := Train(context.Background(), cfg, Options{RunDir: dir, Envs: crashyRegistry(t)})
 	if !errors.Is(err, controller.ErrTooManyDropped) || !strings.Contains(err.Error(), "rollout_failure.max_skipped_prompts (1)") {
 		t.Fatalf("err = %v", err)
@@ -166,7 +175,7 @@ func TestRolloutDeadline(t *testing.T) {
 	dir := t.TempDir()
 	cfg := tiny(t, "env.name=hang", "rollout_failure.rollout_timeout_s=0.2", "rollout_failure.call_timeout_s=0.1",
 		"rollout_failure.max_infra_attempts=2", "rollout_failure.backoff_base_s=0.01", "rollout_failure.backoff_cap_s=0.02",
-		"rollout_failure.max_consecutive_dropped_prompts=0")
+		"rollout_failure.max_consecutive_dropped_prompts=0", "rollout_failure.on_dropped_prompt=shrink")
 	err := Train(context.Background(), cfg, Options{RunDir: dir, Envs: hangRegistry(t)})
 	if !errors.Is(err, controller.ErrTooManyDropped) {
 		t.Fatalf("err = %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/internal/promtrain"
@@ -59,6 +60,9 @@ type Options struct {
 	// WarmStartProgress, when set, is told after every warm-start step how
 	// many of how many are done (the warm start's own progress bar).
 	WarmStartProgress func(done, total int)
+	// WrapGenerator, when set, wraps the generator the controller calls
+	// (crash tests count its invocations).
+	WrapGenerator func(gen.Generator) gen.Generator
 	// Envs replaces the built-in environment registry.
 	Envs *env.Registry
 }
@@ -140,8 +144,12 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if opts.Observe != nil {
 		sinks = append(sinks, opts.Observe)
 	}
+	g := parts.gen
+	if opts.WrapGenerator != nil {
+		g = opts.WrapGenerator(g)
+	}
 	c, err := controller.New(controller.Options{
-		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: parts.gen, Trainer: parts.tr,
+		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g, Trainer: parts.tr,
 		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
 		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
 	})

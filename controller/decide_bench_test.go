@@ -1,0 +1,83 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/longhaul-rl/longhaul/data"
+	"github.com/longhaul-rl/longhaul/runlog"
+)
+
+// BenchmarkDecide is the decision cost with 10,000 rollouts in flight
+// (1,250 groups of 8, all running): per call event, folding one
+// CallFinished into the state (runlog.Apply, what the log does on every
+// append) plus the rollout's next-attempt decision; per step, every
+// group's outcome and the next step's admissions.
+//
+//	go test ./controller -run '^$' -bench Decide -benchmem
+func BenchmarkDecide(b *testing.B) {
+	cfg := testConfig(b, "data.num_prompts=4096", "grpo.num_prompts_per_step=1250", "grpo.num_generations_per_prompt=8")
+	ds := data.NewGenerated(cfg.Data.NumPrompts, func(i int) (data.Prompt, error) {
+		return data.Prompt{ID: "p", Task: []byte(`{}`)}, nil
+	})
+	order, _ := data.NewOrder(ds, cfg.Run.Seed, true)
+	st := runlog.NewState()
+	must := func(ev runlog.Event) {
+		if err := runlog.Apply(st, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(runlog.RunStarted{Seed: cfg.Run.Seed, Mode: "deterministic"})
+	adm, err := admissions(st, 1, cfg, order)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ids []runlog.RolloutID
+	for _, ev := range adm {
+		must(ev)
+		a := ev.(runlog.PromptAdmitted)
+		for m := range a.Size {
+			id := runlog.RolloutID{Group: a.Group, Member: m}
+			ids = append(ids, id)
+			must(runlog.AttemptStarted{Rollout: id, Attempt: 1})
+		}
+	}
+	if len(ids) != 10000 {
+		b.Fatalf("%d rollouts", len(ids))
+	}
+	suffix, sampled, lps := []int32{1, 2, 3}, []int32{4, 5}, []float32{-1, -1}
+	b.Run("call", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			id := ids[i%len(ids)]
+			r := st.Rollout(id)
+			if err := runlog.Apply(st, runlog.CallFinished{Rollout: id, Attempt: 1, Call: uint32(len(r.Calls)), PromptPrefix: r.CtxLen,
+				PromptSuffix: suffix, Sampled: sampled, Logprobs: lps, Finish: runlog.FinishStop, Selected: true}); err != nil {
+				b.Fatal(err)
+			}
+			if p := nextAttempt(r, cfg.RolloutFailure, cfg.Run.Seed); p.start || p.done {
+				b.Fatal("a running rollout is not resumed")
+			}
+		}
+	})
+	b.Run("decide-only", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			if p := nextAttempt(st.Rollout(ids[i%len(ids)]), cfg.RolloutFailure, cfg.Run.Seed); p.start {
+				b.Fatal("a running rollout is not resumed")
+			}
+		}
+	})
+	b.Run("step", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			for _, gid := range st.Order {
+				if ev := groupOutcome(st.Groups[gid], cfg.RolloutFailure); ev != nil {
+					b.Fatal("a running group has an outcome")
+				}
+			}
+			if _, err := admissions(st, 2, cfg, order); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

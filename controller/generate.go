@@ -1,0 +1,242 @@
+package controller
+
+// This file holds generation: admitting a step's prompts, running its open
+// groups to an outcome, and the run-wide drop caps.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/longhaul-rl/longhaul/data"
+	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/runlog"
+)
+
+// groupsFor returns the groups admitted for step s, in admission order.
+func (c *Controller) groupsFor(s int64) (out []*runlog.Group, cursor data.Cursor) {
+	c.o.Log.View(func(st *runlog.State) {
+		for _, id := range st.Order {
+			if g := st.Groups[id]; g.ForStep == s {
+				out = append(out, g.Clone())
+			}
+		}
+		cursor = c.order.Normalize(data.Cursor{Epoch: st.Epoch, Pos: st.NextCursor})
+	})
+	return out, cursor
+}
+
+// generateStep admits step s's prompts (those not admitted yet) and runs
+// every unfinished member of its groups to a seal, then commits the groups.
+// A group whose member used up its attempts is dropped; with
+// rollout_failure.on_dropped_prompt: replace a spare prompt from the cursor
+// takes its place. It is idempotent, which is what resume relies on.
+func (c *Controller) generateStep(ctx context.Context, s int64) error {
+	t0 := c.now()
+	defer func() { c.genTime.Add(int64(c.now().Sub(t0))) }()
+	for {
+		var rd Ready
+		var err error
+		c.o.Log.View(func(st *runlog.State) { rd, err = c.planner.Take(st, s, c.cfg, c.order) })
+		if err != nil {
+			return err
+		}
+		if err := c.perform(ctx, rd); err != nil {
+			return err
+		}
+		c.planner.Advance()
+		if err := c.checkDropCaps(); err != nil {
+			return err
+		}
+		if len(rd.Launch) == 0 {
+			return nil
+		}
+	}
+}
+
+// perform carries out a Ready: its events in one atomic append first,
+// then its groups, each run to an outcome that it appends itself.
+func (c *Controller) perform(ctx context.Context, rd Ready) error {
+	regen := 0
+	for _, ev := range rd.Append {
+		switch e := ev.(type) {
+		case runlog.PromptAdmitted:
+			if e.Replaces != 0 {
+				c.log.Warn("replacing a dropped prompt with a spare", "dropped", e.Replaces, "spare", e.PromptID, "step", rd.Step)
+			}
+		case runlog.RolloutRegenerated:
+			regen++
+		}
+	}
+	if len(rd.Append) > 0 {
+		if _, err := c.o.Log.Append(ctx, rd.Append...); err != nil {
+			return err
+		}
+	}
+	if regen > 0 {
+		c.log.Warn("regenerating stale members of retried groups", "step", rd.Step, "members", regen)
+		c.regenerated.Add(int64(regen))
+	}
+	groups := make([]*runlog.Group, 0, len(rd.Launch))
+	c.o.Log.View(func(st *runlog.State) {
+		for _, id := range rd.Launch {
+			groups = append(groups, st.Groups[id].Clone())
+		}
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, len(groups))
+	for _, g := range groups {
+		task, err := c.task(g)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.runGroup(ctx, g, task); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// ErrTooManyDropped is returned when dropped prompts exceed a run-wide cap.
+var ErrTooManyDropped = errors.New("controller: too many dropped prompts")
+
+// checkDropCaps enforces the run-wide caps, as NeMo RL defines them:
+// rollout_failure.max_skipped_prompts bounds the prompts dropped after data
+// failures over the run (bad prompts or a broken environment: skipping more
+// would hide a bug), and max_consecutive_dropped_prompts bounds prompts
+// dropped after infra failures in a row, in admission order, reset by any
+// group that commits (an outage: going on would only skip the data).
+func (c *Controller) checkDropCaps() error {
+	rf := c.cfg.RolloutFailure
+	var data, run, worst int
+	var lastData, lastInfra runlog.GroupID
+	c.o.Log.View(func(st *runlog.State) {
+		for _, id := range st.Order {
+			g := st.Groups[id]
+			switch g.Status {
+			case runlog.GroupStatusDropped:
+				if dropClass(g) == runlog.ClassInfra {
+					run++
+					worst, lastInfra = max(worst, run), id
+				} else {
+					data++
+					lastData = id
+				}
+			case runlog.GroupStatusOpen:
+			default:
+				run = 0
+			}
+		}
+	})
+	switch {
+	case data > rf.MaxSkippedPrompts:
+		return fmt.Errorf("%w: %d prompts dropped after data failures, more than rollout_failure.max_skipped_prompts (%d); the last was group %s (`longhaul inspect RUN_DIR rollout %s-0` shows its attempts)",
+			ErrTooManyDropped, data, rf.MaxSkippedPrompts, lastData, lastData)
+	case worst > rf.MaxConsecutiveDroppedPrompts:
+		return fmt.Errorf("%w: %d prompts dropped after infra failures in a row, more than rollout_failure.max_consecutive_dropped_prompts (%d); the last was group %s",
+			ErrTooManyDropped, worst, rf.MaxConsecutiveDroppedPrompts, lastInfra)
+	}
+	return nil
+}
+
+// dropClass is the failure class that dropped a group: its exhausted
+// member's last failure.
+func dropClass(g *runlog.Group) string {
+	for _, r := range g.Members {
+		if r.Status == runlog.StatusFailed {
+			return r.LastFailure.Class
+		}
+	}
+	return runlog.ClassData
+}
+
+func (c *Controller) task(g *runlog.Group) (env.Task, error) {
+	p, _, err := c.order.Next(data.Cursor{Epoch: g.Epoch, Pos: g.Cursor})
+	if err != nil {
+		return env.Task{}, fmt.Errorf("controller: prompt of group %s: %w", g.ID, err)
+	}
+	if p.ID != g.PromptID {
+		return env.Task{}, fmt.Errorf("controller: group %s: dataset has prompt %q at epoch %d cursor %d, the log says %q (dataset changed?)", g.ID, p.ID, g.Epoch, g.Cursor, g.PromptID)
+	}
+	var t env.Task
+	if err := json.Unmarshal(p.Task, &t); err != nil {
+		return env.Task{}, fmt.Errorf("controller: task of prompt %q: %w", p.ID, err)
+	}
+	if t.Env == "" {
+		t.Env = c.cfg.Env.Name
+	}
+	if t.ID == "" {
+		t.ID = p.ID
+	}
+	return t, nil
+}
+
+func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Task) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(g.Members))
+	for i, m := range g.Members {
+		if m.Status == runlog.StatusSealed {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.runMember(ctx, g, m.ID, task)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		var ex *exhaustedError
+		if err != nil && !errors.As(err, &ex) {
+			return errors.Join(errs...)
+		}
+	}
+	// The outcome is read back from the log: the members' goroutines
+	// report only by appending.
+	var ev runlog.Event
+	var cur runlog.Group
+	c.o.Log.View(func(st *runlog.State) {
+		gs := st.Groups[g.ID]
+		cur = *gs
+		ev = groupOutcome(gs, c.cfg.RolloutFailure)
+	})
+	switch e := ev.(type) {
+	case nil:
+		return fmt.Errorf("controller: group %s: members finished but the log has no outcome for it", g.ID)
+	case runlog.GroupRequeued:
+		c.log.Warn("retrying a prompt group in a later step: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+			"step", cur.ForStep, "to_step", e.Step, "retry", cur.Retries+1, "class", e.Class, "err", e.Reason)
+	case runlog.GroupDropped:
+		c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+			"class", e.Class, "retries", cur.Retries, "err", e.Reason)
+	}
+	_, err := c.o.Log.Append(ctx, ev)
+	return err
+}
+
+// exhaustedError is a member that used up its attempt budget: its group
+// is dropped, the run goes on.
+type exhaustedError struct {
+	id    runlog.RolloutID
+	class string
+	n     int
+	err   error
+}
+
+func (e *exhaustedError) Error() string {
+	return fmt.Sprintf("rollout %s failed %d times, last (%s): %v", e.id, e.n, e.class, e.err)
+}
+
+func (e *exhaustedError) Unwrap() error { return e.err }

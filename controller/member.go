@@ -1,0 +1,197 @@
+package controller
+
+// This file holds one rollout's effect loop (runMember) and the rollout
+// spec the config implies.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/longhaul-rl/longhaul/compaction"
+	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/gen"
+	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/runlog"
+)
+
+// runMember runs one rollout to its seal, resuming its current attempt
+// from the log when it has one, retrying failed attempts within budget.
+// Every decision (resume or new attempt, restart or continue, backoff,
+// exhausted) is read from the rollout's state as the log folds it
+// (decide.go), never from this goroutine's memory, so a restarted process
+// decides exactly what this one would have.
+func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.RolloutID, task env.Task) error {
+	c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	rf := c.cfg.RolloutFailure
+	for {
+		var r runlog.Rollout
+		c.o.Log.View(func(s *runlog.State) { r = *s.Rollout(id) })
+		next := nextAttempt(&r, rf, c.cfg.Run.Seed)
+		switch {
+		case next.done:
+			return nil
+		case next.exhausted:
+			return &exhaustedError{id: id, class: r.LastFailure.Class, n: int(r.InfraFailures + r.DataFailures),
+				err: errors.New(r.LastFailure.Reason)}
+		}
+		if next.backoff > 0 {
+			select {
+			case <-time.After(next.backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		attempt := r.Attempt
+		if next.start {
+			attempt++
+			if next.restart {
+				c.log.Warn("rollout restarts its episode", "rollout", id, "attempt", attempt, "after", r.LastFailure.Reason)
+			}
+			ev := runlog.AttemptStarted{Rollout: id, Attempt: attempt,
+				Seed:    rng.Derive(c.cfg.Run.Seed, "attempt", uint64(id.Group), uint64(id.Member), uint64(attempt)),
+				Version: c.version.Load(), Restart: next.restart}
+			if _, err := c.o.Log.Append(ctx, ev); err != nil {
+				return err
+			}
+		}
+		prior, err := c.o.Log.RolloutEvents(id)
+		if err != nil {
+			return err
+		}
+		c.evMu.Lock()
+		c.events[id] = slices.Clone(prior)
+		c.evMu.Unlock()
+		actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
+		_, err = rollout.Run(actx, c.spec(g, id, attempt, task), prior)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(actx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
+			// The attempt's own deadline (rollout_failure.rollout_timeout_s):
+			// rollout.Run records nothing when its context ends, so the
+			// failure is recorded here, as infra.
+			err = rollout.Infra("rollout", fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err))
+			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: runlog.ClassInfra, Reason: err.Error()}); aerr != nil {
+				return aerr
+			}
+		}
+		var after runlog.Rollout
+		c.o.Log.View(func(s *runlog.State) { after = *s.Rollout(id) })
+		if after.Status != runlog.StatusFailed {
+			// The failure is not in the log (the log itself refused an
+			// append): retrying would decide from a state that does not
+			// know about it, so the run stops here and a resume goes on.
+			return fmt.Errorf("controller: rollout %s attempt %d: %w", id, attempt, err)
+		}
+		msg := "rollout attempt failed, retrying"
+		if nextAttempt(&after, rf, c.cfg.Run.Seed).exhausted {
+			msg = "rollout attempt failed, budget used up"
+		}
+		c.log.Warn(msg, "rollout", id, "attempt", attempt, "class", after.LastFailure.Class,
+			"infra_failures", after.InfraFailures, "data_failures", after.DataFailures, "err", err)
+	}
+}
+
+func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task) rollout.Spec {
+	rec := rollout.RecorderFunc(func(ctx context.Context, ev runlog.Event) error {
+		if _, err := c.o.Log.Append(ctx, ev); err != nil {
+			if errors.Is(err, runlog.ErrStaleAttempt) {
+				// A late answer of a fenced attempt: discarded, counted.
+				c.lateResults.Add(1)
+			}
+			return err
+		}
+		c.evMu.Lock()
+		if evs, ok := c.events[id]; ok {
+			c.events[id] = append(evs, ev)
+		}
+		c.evMu.Unlock()
+		if _, ok := ev.(runlog.CallFinished); ok {
+			c.o.Crash("call.logged")
+		}
+		return nil
+	})
+	sp := RolloutSpec(c.cfg, c.o.Envs, c.envParams, task, id, attempt,
+		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, seconds(c.cfg.RolloutFailure.CallTimeoutS)}, rec)
+	sp.Logger = c.log
+	return sp
+}
+
+// RolloutSpec is the rollout spec the config implies for one attempt; the
+// controller and the warm start build their rollouts with it.
+func RolloutSpec(cfg *config.Config, reg *env.Registry, params json.RawMessage, task env.Task, id runlog.RolloutID,
+	attempt uint32, envSeed uint64, g gen.Generator, rec rollout.Recorder) rollout.Spec {
+	return rollout.Spec{
+		Seed: cfg.Run.Seed, Rollout: id, Attempt: attempt, Task: task,
+		EnvSeed:         envSeed,
+		NewEnv:          func(context.Context) (env.Environment, error) { return reg.New(task.Env, params) },
+		Generator:       g,
+		Recorder:        rec,
+		ObservationRole: tokenizer.RoleUser,
+		Limits: rollout.Limits{MaxTurns: cfg.Rollout.MaxTurns, MaxTokensPerCall: cfg.Sampling.MaxTokensPerCall,
+			ContextBudget: cfg.Rollout.ContextBudget, MaxSampledTokens: cfg.Rollout.MaxTokensPerRollout},
+		Sampling: rollout.Sampling{Temperature: float32(cfg.Sampling.Temperature), TopP: float32(cfg.Sampling.TopP),
+			TopK: cfg.Sampling.TopK},
+		Compaction:   CompactionConfig(cfg),
+		MaxResamples: cfg.Rollout.MaxResamples,
+	}
+}
+
+// CompactionConfig maps the config's compaction section to the policy config.
+func CompactionConfig(cfg *config.Config) compaction.Config {
+	if !cfg.Compaction.Enabled {
+		return compaction.Config{}
+	}
+	cc := compaction.Config{Policy: cfg.Compaction.Policy, KeepTurns: cfg.Compaction.KeepLastTurns,
+		Threshold: cfg.Compaction.TriggerTokens}
+	if r := cfg.Compaction.TriggerRange; len(r) == 2 && r[1] > 0 {
+		cc.ThresholdMin, cc.ThresholdMax = r[0], r[1]
+	}
+	return cc
+}
+
+// EnvParams is the JSON of env.params (nil when empty).
+func EnvParams(cfg *config.Config) (json.RawMessage, error) {
+	if len(cfg.Env.Params) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(cfg.Env.Params)
+	if err != nil {
+		return nil, fmt.Errorf("env.params: %w", err)
+	}
+	return b, nil
+}
+
+// countingGen counts generated tokens for the tokens/s figure and puts
+// rollout_failure.call_timeout_s on every call.
+type countingGen struct {
+	g       gen.Generator
+	n       *atomic.Int64
+	timeout time.Duration
+}
+
+func (cg countingGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+	if cg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cg.timeout)
+		defer cancel()
+	}
+	res, err := cg.g.Generate(ctx, reqs)
+	for _, r := range res {
+		cg.n.Add(int64(len(r.Tokens)))
+	}
+	return res, err
+}
