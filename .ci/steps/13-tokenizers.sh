@@ -13,5 +13,5 @@ timeout 600 go test -count=1 -v -run 'Parity|TwentyTurns|ServerRendering' \
   | grep -E '^(---|ok|FAIL|PASS)|identical|turns,|SKIP' 
 # grep hides the RUN lines; pipefail keeps a test failure fatal, and a skip
 # cannot pass silently: REQUIRE turns it into a failure.
-timeout 120 go test -run '^$' -fuzz '^FuzzParsers$' -fuzztime 20s ./tokenizer/toolcall/
-timeout 180 go test -run '^$' -fuzz '^FuzzEncode$' -fuzztime 40s ./tokenizer/hf/
+timeout 120 go test -run '^$' -fuzz '^FuzzParsers$' -fuzztime 10s ./tokenizer/toolcall/
+timeout 180 go test -run '^$' -fuzz '^FuzzEncode$' -fuzztime 10s ./tokenizer/hf/
