@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/model"
@@ -44,6 +45,7 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 		// read time first: the page cache is then warm for both
 		files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 		var size int64
+		c0 := cpuTime()
 		t0 := time.Now()
 		for _, f := range files {
 			fh, err := os.Open(f)
@@ -57,17 +59,21 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 			}
 			size += n
 		}
-		read := time.Since(t0)
+		read, readCPU := time.Since(t0), cpuTime()-c0
+		c0 = cpuTime()
 		t0 = time.Now()
 		m, err := llama.LoadDir(dir)
 		if err != nil {
 			return err
 		}
-		loadT := time.Since(t0)
+		loadT, loadCPU := time.Since(t0), cpuTime()-c0
 		hwm, rss := procStatus("VmHWM"), procStatus("VmRSS")
 		f32 := m.Config().F32Bytes()
 		out["file_bytes"], out["read_s"], out["load_s"] = size, read.Seconds(), loadT.Seconds()
 		out["load_over_read"] = loadT.Seconds() / read.Seconds()
+		// CPU seconds (user+sys) too: on a loaded machine wall time is
+		// mostly waiting for a core
+		out["read_cpu_s"], out["load_cpu_s"] = readCPU.Seconds(), loadCPU.Seconds()
 		out["f32_bytes"], out["peak_rss_bytes"], out["rss_bytes"] = f32, hwm, rss
 		out["peak_rss_over_f32"] = float64(hwm) / float64(f32)
 		return emit(out)
@@ -129,6 +135,14 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 	}
 	out["peak_rss_bytes"] = procStatus("VmHWM")
 	return emit(out)
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func emit(v map[string]any) error {

@@ -75,7 +75,7 @@ func (t *Trainer) Step(ctx context.Context, seqs []model.Sequence, lc model.Loss
 	}
 	var ss float64
 	for _, v := range t.grad {
-		ss += float64(v) * float64(v)
+		ss += float64(float64(v) * float64(v))
 	}
 	norm := math.Sqrt(ss)
 	if t.oc.GradClip > 0 && norm > t.oc.GradClip {
@@ -282,12 +282,14 @@ func (t *Trainer) adamw(lr float64) {
 		}
 		for i := s.off; i < s.off+s.size; i++ {
 			g := float64(t.grad[i])
-			mi := b1*t.mom[i] + (1-b1)*g
-			vi := b2*t.vel[i] + (1-b2)*g*g
+			// float64(…) around each product forbids FMA contraction, so
+			// the bits do not depend on GOAMD64
+			mi := float64(b1*t.mom[i]) + float64((1-b1)*g)
+			vi := float64(b2*t.vel[i]) + float64(float64((1-b2)*g)*g)
 			t.mom[i], t.vel[i] = mi, vi
 			p := float64(w[i])
-			p -= decay * p
-			p -= lr * (mi / bc1) / (math.Sqrt(vi/bc2) + oc.Eps)
+			p -= float64(decay * p)
+			p -= float64(lr*(mi/bc1)) / (math.Sqrt(vi/bc2) + oc.Eps)
 			w[i] = float32(p)
 		}
 	}
