@@ -22,6 +22,7 @@ import (
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/segment"
 )
 
 func agentCommand(t *testing.T) []string {
@@ -65,8 +66,15 @@ func TestAgentReplayAtEveryCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := rec.Events()
-	if res.Outcome != runlog.OutcomeCompleted || res.Calls < 10 || g.Calls() != res.Calls {
+	if res.Outcome != runlog.OutcomeCompleted || res.Calls < 10 || g.Calls() != res.Calls || res.Compactions == 0 {
 		t.Fatalf("uninterrupted: %+v, %d generator calls", res, g.Calls())
+	}
+	// The agent declares each rewrite of its context: every prefix break
+	// is a declared boundary, so segments build with undeclared breaks
+	// as errors.
+	calls, bounds := rollout.Trace(full, runlog.RolloutID{Group: 1})
+	if _, st, err := segment.Build(calls, bounds, segment.Config{OnUndeclaredBreak: segment.OnBreakError}); err != nil || st.Declared != res.Compactions {
+		t.Fatalf("segments: %+v %v; want %d declared boundaries", st, err, res.Compactions)
 	}
 	for _, k := range []int{0, 1, 2, len(full) / 2, len(full) - 2, len(full) - 1, len(full)} {
 		prior := slices.Clone(full[:k])
