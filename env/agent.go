@@ -21,6 +21,10 @@ type AgentCallFunc func(ctx context.Context, c AgentCall) (AgentReply, error)
 // AgentCall is one chat request of an agent.
 type AgentCall struct {
 	Messages []Message
+	// Compacted is the agent's declaration that it rewrote its context
+	// since its previous call (header X-Longhaul-Compaction): a declared
+	// compaction boundary rather than an undeclared prefix break.
+	Compacted bool
 }
 
 // AgentReply is the sampled answer: its text (special tokens dropped),

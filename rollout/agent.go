@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/env"
@@ -49,6 +50,11 @@ func (l *loop) drive(ctx context.Context, a env.Agent) (Result, error) {
 		if limit != "" {
 			return env.AgentReply{}, fmt.Errorf("%w: %s", env.ErrAgentLimit, limit)
 		}
+		if c.Compacted && l.hasCall && !extends(prompt, l.prev) {
+			if err := l.agentCompaction(ctx, len(prompt)); err != nil {
+				return env.AgentReply{}, err
+			}
+		}
 		fc, err := l.selectCall(ctx, prompt, nil)
 		if err != nil {
 			return env.AgentReply{}, err
@@ -69,3 +75,34 @@ func (l *loop) drive(ctx context.Context, a env.Agent) (Result, error) {
 	l.reward, l.success, l.done = res.Reward, res.Success, true
 	return l.seal(ctx, runlog.OutcomeCompleted)
 }
+
+// extends reports whether prompt continues ctx exactly.
+func extends(prompt, ctx []int32) bool {
+	return len(prompt) >= len(ctx) && slices.Equal(prompt[:len(ctx)], ctx)
+}
+
+// agentCompaction records (or replays) the boundary an agent declared
+// before a call whose prompt breaks the previous context; a declaration
+// without a break is ignored, since there is no boundary to mark.
+func (l *loop) agentCompaction(ctx context.Context, after int) error {
+	ev := runlog.Compaction{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Boundary: l.compactions, AfterCall: l.nextCall - 1,
+		Policy: AgentPolicy, TokensBefore: uint32(len(l.prev)), TokensAfter: uint32(after)}
+	if pev := l.peek(); pev != nil {
+		c, ok := pev.(runlog.Compaction)
+		if !ok {
+			return l.diverged("Compaction")
+		}
+		if c.Boundary != ev.Boundary || c.AfterCall != ev.AfterCall || c.Policy != ev.Policy {
+			return Data("resume", fmt.Errorf("%w: agent compaction %d differs from the log", ErrDiverged, ev.Boundary))
+		}
+		l.pos++
+	} else if err := l.record(ctx, ev); err != nil {
+		return err
+	}
+	l.prev = nil // the next prompt is stored whole
+	l.compactions++
+	return nil
+}
+
+// AgentPolicy is the policy name of a compaction an external agent declared.
+const AgentPolicy = "agent"

@@ -18,17 +18,19 @@ port=$(timeout 10 "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 timeout 600 "$PY" examples/envs/notebook_env.py --port "$port" --journal "$work/journal.jsonl" >"$work/env.log" 2>&1 &
 envpid=$!
 trap 'kill "$envpid" 2>/dev/null || true; rm -rf "$work"' EXIT
+# Python, not curl: a new machine may not have curl.
+stats() { timeout 5 "$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())' "http://127.0.0.1:$port/stats"; }
 for _ in $(seq 100); do
-  timeout 2 curl -sf "http://127.0.0.1:$port/stats" >/dev/null && break
+  stats >/dev/null 2>&1 && break
   sleep 0.1
 done
 
 timeout 300 "$bin" train --config examples/envs/notebook.yaml --run-dir "$work/run" --no-progress --log-level warn \
   "env.url=http://127.0.0.1:$port" run.max_steps=3 warmstart.steps=20
 
-stats=$(timeout 5 curl -sf "http://127.0.0.1:$port/stats")
-echo "environment: $stats"
-timeout 10 "$PY" - "$stats" <<'PYEOF'
+out=$(stats)
+echo "environment: $out"
+timeout 10 "$PY" - "$out" <<'PYEOF'
 import json, sys
 s = json.loads(sys.argv[1])
 assert s["effects"] > 0, "the run made no environment steps"

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/segment"
 )
 
 func agentCommand(t *testing.T) []string {
@@ -63,8 +66,15 @@ func TestAgentReplayAtEveryCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := rec.Events()
-	if res.Outcome != runlog.OutcomeCompleted || res.Calls < 10 || g.Calls() != res.Calls {
+	if res.Outcome != runlog.OutcomeCompleted || res.Calls < 10 || g.Calls() != res.Calls || res.Compactions == 0 {
 		t.Fatalf("uninterrupted: %+v, %d generator calls", res, g.Calls())
+	}
+	// The agent declares each rewrite of its context: every prefix break
+	// is a declared boundary, so segments build with undeclared breaks
+	// as errors.
+	calls, bounds := rollout.Trace(full, runlog.RolloutID{Group: 1})
+	if _, st, err := segment.Build(calls, bounds, segment.Config{OnUndeclaredBreak: segment.OnBreakError}); err != nil || st.Declared != res.Compactions {
+		t.Fatalf("segments: %+v %v; want %d declared boundaries", st, err, res.Compactions)
 	}
 	for _, k := range []int{0, 1, 2, len(full) / 2, len(full) - 2, len(full) - 1, len(full)} {
 		prior := slices.Clone(full[:k])
@@ -129,5 +139,57 @@ func TestAgentFailures(t *testing.T) {
 		if f, ok := evs[len(evs)-1].(runlog.RolloutFailed); !ok || f.Class != runlog.ClassData || !strings.Contains(f.Reason, tc.want) {
 			t.Fatalf("%q: last event %+v, want RolloutFailed (data) with %q", tc.script, evs[len(evs)-1], tc.want)
 		}
+	}
+}
+
+// TestOpenAINodeSDKAgent: an agent written with the official OpenAI Node
+// SDK (a client no one here wrote) runs against the per-rollout endpoint,
+// and resumes from half its log answered from the log.
+func TestOpenAINodeSDKAgent(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "test", "node")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+		t.Skip("test/node/node_modules missing: run npm ci in test/node")
+	}
+	cmd := []string{node, filepath.Join(dir, "agent.mjs")}
+	rec := &rollouttest.Recorder{}
+	g := generator()
+	res, err := rollout.Run(context.Background(), spec(t, cmd, g, rec), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != runlog.OutcomeCompleted || res.Calls < 10 || g.Calls() != res.Calls {
+		t.Fatalf("%+v, %d generator calls", res, g.Calls())
+	}
+	full := rec.Events()
+	k := len(full) / 2
+	rec2 := &rollouttest.Recorder{}
+	g2 := generator()
+	if _, err := rollout.Run(context.Background(), spec(t, cmd, g2, rec2), slices.Clone(full[:k])); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(full, append(slices.Clone(full[:k]), rec2.Events()...)); d != "" {
+		t.Fatalf("resumed log differs (-want +got):\n%s", d)
+	}
+	if g2.Calls() >= res.Calls {
+		t.Fatalf("resume generated %d calls of %d: the log was not replayed", g2.Calls(), res.Calls)
+	}
+}
+
+// TestAgentHangs: an agent that never finishes is stopped at the
+// attempt's deadline (the controller's rollout_failure.rollout_timeout_s),
+// and its process is killed.
+func TestAgentHangs(t *testing.T) {
+	py := agentCommand(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	_, err := rollout.Run(ctx, spec(t, []string{py, "-c", "import time; time.sleep(60)"}, generator(), &rollouttest.Recorder{}), nil)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 10*time.Second {
+		t.Fatalf("err = %v after %v, want the deadline within seconds", err, time.Since(t0))
 	}
 }

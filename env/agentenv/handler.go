@@ -40,7 +40,14 @@ func (h *handler) limited() bool {
 type chatRequest struct {
 	Model    string        `json:"model"`
 	Messages []chatMessage `json:"messages"`
+	// Compaction declares a compaction boundary, as CompactionHeader does
+	// (for clients that add body fields more easily than headers).
+	Compaction bool `json:"longhaul_compaction"`
 }
+
+// CompactionHeader, set to any value on a chat request, declares that the
+// agent rewrote its context since its previous call.
+const CompactionHeader = "X-Longhaul-Compaction"
 
 // chatMessage accepts content as a string or as a list of text parts (the
 // OpenAI SDKs send both).
@@ -94,7 +101,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
 		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{"id": "longhaul", "object": "model"}}})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
-		h.chat(w, body)
+		h.chat(w, body, r.Header.Get(CompactionHeader) != "")
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/longhaul/reward":
 		var rw struct {
 			Reward  *float64 `json:"reward"`
@@ -113,13 +120,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *handler) chat(w http.ResponseWriter, body []byte) {
+func (h *handler) chat(w http.ResponseWriter, body []byte, declared bool) {
 	var req chatRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		apiError(w, http.StatusBadRequest, "bad_body", "bad request body: "+err.Error())
 		return
 	}
-	c := env.AgentCall{Messages: make([]env.Message, len(req.Messages))}
+	c := env.AgentCall{Messages: make([]env.Message, len(req.Messages)), Compacted: req.Compaction || declared}
 	for i, m := range req.Messages {
 		text, err := m.text()
 		if err != nil {

@@ -5,7 +5,8 @@ the model through the OpenAI chat endpoint longhaul serves per rollout.
 
 It reads the task from $LONGHAUL_TASK, sends the start and each delta as a
 user message, keeps only the first message and its last two turns in
-context (its own compaction: longhaul sees it as an undeclared break),
+context (its own compaction, declared to longhaul with the
+X-Longhaul-Compaction header on the first call after each rewrite),
 scores each answer against the true balance mod 10 itself, and posts the
 reward to $LONGHAUL_REWARD_URL before exiting 0.
 """
@@ -16,11 +17,14 @@ import urllib.error
 import urllib.request
 
 
-def post(url, body):
-    req = urllib.request.Request(url, json.dumps(body).encode(), {
+def post(url, body, compacted=False):
+    headers = {
         "Content-Type": "application/json",
         "Authorization": "Bearer " + os.environ.get("OPENAI_API_KEY", ""),
-    })
+    }
+    if compacted:
+        headers["X-Longhaul-Compaction"] = "1"
+    req = urllib.request.Request(url, json.dumps(body).encode(), headers)
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
 
@@ -36,8 +40,11 @@ def main():
     for i, d in enumerate(deltas):
         balance = (balance + d) % 10
         msgs = [first] + [m for t in turns[-2:] for m in t]
+        # Past two turns the window drops the oldest: the context no longer
+        # extends the previous call's, and the agent says so.
+        compacted = len(turns) > 2
         try:
-            rep = post(base + "/chat/completions", {"model": "policy", "messages": msgs})
+            rep = post(base + "/chat/completions", {"model": "policy", "messages": msgs}, compacted)
         except urllib.error.HTTPError as e:
             if e.code == 400:  # a rollout limit: stop, longhaul seals the rollout
                 break

@@ -8,11 +8,11 @@ from notebook_env import code_of
 
 rng = random.Random(16)
 with open("notebook.jsonl", "w") as tasks, open("notebook-demos.jsonl", "w") as demos:
-    for i in range(96):
+    for i in range(224):
         pages = rng.sample(range(1, 60), 3)
         task = {"params": {"pages": pages}}
         row = {"id": "nb-%03d" % i, "task": task}
-        if i < 64:
+        if i < 192:
             tasks.write(json.dumps(row) + "\n")
         else:  # demonstrations use tasks the RL dataset does not have
             calls = []

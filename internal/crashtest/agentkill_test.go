@@ -24,14 +24,14 @@ func TestAgentKilledRunEqualsUninterrupted(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	agent := filepath.Join(filepath.Dir(file), "..", "..", "examples", "agents", "ledger_agent.py")
 	var log bytes.Buffer
-	res, err := Run(context.Background(), Options{Binary: bin, Config: tinyConfig(t), Kills: 4, Seed: 5, Dir: t.TempDir(), Log: &log,
+	res, err := Run(context.Background(), Options{Binary: bin, Config: tinyConfig(t), Kills: 3, Seed: 5, Dir: t.TempDir(), Log: &log,
 		Overrides: []string{"env.kind=agent", "env.command=[" + py + ", " + agent + "]", "compaction.on_undeclared_break=split",
-			"warmstart.enabled=false", "run.max_steps=4", "grpo.num_prompts_per_step=2"}})
+			"warmstart.enabled=false", "run.max_steps=3", "grpo.num_prompts_per_step=2"}})
 	t.Log(log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Kills) < 4 {
+	if len(res.Kills) < 3 {
 		t.Fatalf("only %d kills landed", len(res.Kills))
 	}
 	if !res.Identical {
