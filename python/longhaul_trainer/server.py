@@ -132,6 +132,8 @@ def make_handler(app):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(b)))
+            if self.close_connection:  # an unread body: the client must not reuse this connection
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(b)
 
