@@ -104,18 +104,27 @@ type proc struct {
 	url    string
 	stderr *strings.Builder
 	mu     *sync.Mutex
-	done   chan error
+	done   chan struct{} // closed when the process has exited
 }
 
 // start launches `python3 -m longhaul_trainer --model dir --port 0` and
 // waits for the line that names its address.
 func start(t *testing.T, dir string, extra ...string) *proc {
+	return startWith(t, nil, dir, extra...)
+}
+
+// startWith runs the trainer under a launcher: launcher is python's
+// arguments before "-m longhaul_trainer" (e.g. torch.distributed.run's).
+func startWith(t *testing.T, launcher []string, dir string, extra ...string) *proc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	args := append([]string{"-m", "longhaul_trainer", "--model", dir, "--port", "0", "--threads", "1", "--device", "cpu",
-		"--lr", "0.01", "--warmup-steps", "2", "--log-level", "WARNING"}, extra...)
+	args := append(append(launcher, "-m", "longhaul_trainer", "--model", dir, "--port", "0", "--threads", "1", "--device", "cpu",
+		"--lr", "0.01", "--warmup-steps", "2", "--log-level", "WARNING"), extra...)
 	cmd := pyCmd(ctx, t, args...)
-	p := &proc{cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
+	// Its own process group, so cleanup reaches a launcher's children too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	p := &proc{cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	cmd.Stderr = lockedWriter{p.mu, p.stderr}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -124,20 +133,25 @@ func start(t *testing.T, dir string, extra ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- cmd.Wait(); cancel() }()
+	go func() { _ = cmd.Wait(); close(p.done); cancel() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-p.done:
 		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
 		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever is left of the group
 	})
 	line := make(chan string, 1)
 	go func() {
+		// The first line with {"listening": ...}; a launcher may prefix it
+		// ("[default0]:") or print lines of its own first.
 		sc := bufio.NewScanner(out)
-		if sc.Scan() {
-			line <- sc.Text()
+		for sc.Scan() {
+			if i := strings.Index(sc.Text(), `{"listening"`); i >= 0 {
+				line <- sc.Text()[i:]
+				break
+			}
 		}
 		close(line)
 		for sc.Scan() {
