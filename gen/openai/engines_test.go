@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/server"
@@ -315,5 +316,51 @@ func TestRecordedSGLang(t *testing.T) {
 	sp, _ := b["sampling_params"].(map[string]any)
 	if b["input_ids"] == nil || b["return_logprob"] != true || sp["max_new_tokens"] != 4.0 || sp["sampling_seed"] != 9.0 {
 		t.Fatalf("generate request %v", b)
+	}
+}
+
+// TestFencedServerCatchesUp: a server that failed an update (here: it
+// answered 503 while down) is brought to the last version by the health
+// prober once it is back, and only then takes calls.
+func TestFencedServerCatchesUp(t *testing.T) {
+	for _, api := range []string{APIVLLM, APISGLang} {
+		t.Run(api, func(t *testing.T) {
+			f := server.NewFake(0)
+			s, err := server.New(f.Backend("tinylm"), server.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var down sync.Mutex
+			isDown := true
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				down.Lock()
+				d := isDown
+				down.Unlock()
+				if d {
+					http.Error(w, "restarting", http.StatusServiceUnavailable)
+					return
+				}
+				s.ServeHTTP(w, r)
+			}))
+			t.Cleanup(ts.Close)
+			c := newClient(t, []string{ts.URL}, Options{API: api})
+			if err := c.UpdateWeights(t.Context(), "/w", 1); err == nil {
+				t.Fatal("update of a server answering 503 succeeded")
+			}
+			down.Lock()
+			isDown = false
+			down.Unlock()
+			deadline := time.Now().Add(10 * time.Second)
+			for c.ServedVersions()[ts.URL] != 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("the returning server was not brought to version 1")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			res, err := c.Generate(t.Context(), []gen.Request{req(1)})
+			if err != nil || res[0].Version != 1 || f.Version() != 1 {
+				t.Fatalf("after catching up: %+v %v (server at %d)", res, err, f.Version())
+			}
+		})
 	}
 }

@@ -77,6 +77,9 @@ type Client struct {
 
 	stop context.CancelFunc
 	done chan struct{}
+
+	upd  updater // weight updates (weights.go)
+	life context.Context
 }
 
 type backend struct {
@@ -160,7 +163,7 @@ func New(ctx context.Context, servers []string, opts Options) (*Client, error) {
 		c.backends = append(c.backends, &backend{url: u, up: true, backoff: opts.MinBackoff, version: -1})
 	}
 	pctx, cancel := context.WithCancel(ctx)
-	c.stop = cancel
+	c.stop, c.life = cancel, pctx
 	go c.probeLoop(pctx)
 	return c, nil
 }
@@ -291,6 +294,7 @@ func (c *Client) probe(ctx context.Context, b *backend) {
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusOK {
 		c.markUp(b)
+		c.catchUp(b)
 		return
 	}
 	c.markDown(b, fmt.Errorf("health: HTTP %d", resp.StatusCode))
