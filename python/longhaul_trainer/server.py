@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import threading
+import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -75,16 +76,22 @@ class App:
     def __init__(self, trainer, peers, api_key="", max_body=1 << 30, export_dtype=None):
         self.t, self.peers, self.api_key, self.max_body, self.export_dtype = trainer, peers, api_key, max_body, export_dtype
         self.lock = threading.Lock()
+        self.last_decode = self.last_step = 0.0  # seconds, for the overhead benchmark
 
     def train_step(self, body):
+        t0 = time.perf_counter()
         b = wire.decode(body)  # 400 before any rank sees it
+        decoded = time.perf_counter() - t0
         with self.lock:
             if b.expect_step >= 0 and self.t.step != b.expect_step:
                 return 409, {"error": {"code": "step_conflict", "message": f"trainer is at step {self.t.step}, the batch expects step {b.expect_step}"},
                              "step": self.t.step, "version": self.t.version}
             self.t.check(b)  # 422 before any rank sees it
+            t1 = time.perf_counter()
             self.peers.send(OP_STEP, body)
-            return 200, {k: jfloat(v) for k, v in self.t.train_step(b).items()}
+            stats = self.t.train_step(b)
+            self.last_decode, self.last_step = decoded, time.perf_counter() - t1
+            return 200, {k: jfloat(v) for k, v in stats.items()}
 
     def path_call(self, route, body):
         field = "path" if route == "/v1/export_weights" else "dir"
@@ -109,7 +116,8 @@ class App:
 
     def state(self):
         with self.lock:
-            return 200, {"step": self.t.step, "version": self.t.version}
+            return 200, {"step": self.t.step, "version": self.t.version,
+                         "last_decode_seconds": self.last_decode, "last_step_seconds": self.last_step}
 
 
 ROUTES = {"/v1/train_step": "POST", "/v1/save_checkpoint": "POST", "/v1/load_checkpoint": "POST",

@@ -29,19 +29,9 @@ func TestGoAgreement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goFile := filepath.Join(root, "go", "model.safetensors")
-	if err := os.MkdirAll(filepath.Dir(goFile), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.SaveSafetensors(goFile); err != nil {
-		t.Fatal(err)
-	}
-	hf := filepath.Join(root, "hf")
+	hf := goToHF(t, m, root)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	if out, err := pyCmd(ctx, t, "-m", "longhaul_trainer.gomodel", "to-hf", "--go", goFile, "--out", hf).CombinedOutput(); err != nil {
-		t.Fatalf("convert: %v: %s", err, out)
-	}
 	oc := model.OptimConfig{LR: 0.01, MinLR: 0.001, WarmupSteps: 2, TotalSteps: 100, Schedule: "cosine",
 		WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-3, GradClip: 0.5}
 	lc := model.LossConfig{ClipLow: 0.2, ClipHigh: 0.28, Norm: model.NormTokenMean}
@@ -99,4 +89,24 @@ func TestGoAgreement(t *testing.T) {
 	if cmp.MaxRel > 1e-5 {
 		t.Fatalf("weights differ: %+v", cmp)
 	}
+}
+
+// goToHF writes m (Go layout) under root/go and its Llama conversion under
+// root/hf, which it returns.
+func goToHF(t testing.TB, m *model.Model, root string) string {
+	t.Helper()
+	goFile := filepath.Join(root, "go", "model.safetensors")
+	if err := os.MkdirAll(filepath.Dir(goFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SaveSafetensors(goFile); err != nil {
+		t.Fatal(err)
+	}
+	hf := filepath.Join(root, "hf")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := pyCmd(ctx, t, "-m", "longhaul_trainer.gomodel", "to-hf", "--go", goFile, "--out", hf).CombinedOutput(); err != nil {
+		t.Fatalf("convert: %v: %s", err, out)
+	}
+	return hf
 }

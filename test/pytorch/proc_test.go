@@ -27,7 +27,7 @@ import (
 	"github.com/longhaul-rl/longhaul/train"
 )
 
-func python(t *testing.T) string {
+func python(t testing.TB) string {
 	t.Helper()
 	py := os.Getenv("LONGHAUL_PYTHON")
 	if py == "" {
@@ -45,7 +45,7 @@ func python(t *testing.T) string {
 }
 
 // pkgDir is python/ of this repository.
-func pkgDir(t *testing.T) string {
+func pkgDir(t testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
 	d, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", "python"))
 	if err != nil {
@@ -54,7 +54,7 @@ func pkgDir(t *testing.T) string {
 	return d
 }
 
-func pyCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
+func pyCmd(ctx context.Context, t testing.TB, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, python(t), args...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+pkgDir(t), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
 	return cmd
@@ -77,7 +77,7 @@ func TestMain(m *testing.M) {
 
 // tinyModel is a tiny random Qwen3 HF directory, written once per test
 // binary (each python start costs seconds of torch import). Tests only read it.
-func tinyModel(t *testing.T) string {
+func tinyModel(t testing.TB) string {
 	t.Helper()
 	python(t)
 	modelOnce.Do(func() {
@@ -109,15 +109,15 @@ type proc struct {
 
 // start launches `python3 -m longhaul_trainer --model dir --port 0` and
 // waits for the line that names its address.
-func start(t *testing.T, dir string, extra ...string) *proc {
+func start(t testing.TB, dir string, extra ...string) *proc {
 	return startWith(t, nil, dir, extra...)
 }
 
 // startWith runs the trainer under a launcher: launcher is python's
 // arguments before "-m longhaul_trainer" (e.g. torch.distributed.run's).
-func startWith(t *testing.T, launcher []string, dir string, extra ...string) *proc {
+func startWith(t testing.TB, launcher []string, dir string, extra ...string) *proc {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	args := append(append(launcher, "-m", "longhaul_trainer", "--model", dir, "--port", "0", "--threads", "1", "--device", "cpu",
 		"--lr", "0.01", "--warmup-steps", "2", "--log-level", "WARNING"), extra...)
 	cmd := pyCmd(ctx, t, args...)
