@@ -364,3 +364,31 @@ func TestFencedServerCatchesUp(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineShapesGrouped: with GroupByPrompt a group is one call with
+// n = k (SGLang then answers an array of outputs); every API gets the
+// choices the OpenAI route gives for the same call.
+func TestEngineShapesGrouped(t *testing.T) {
+	reqs := []gen.Request{req(5), req(6), req(7)}
+	var first []gen.Result
+	for _, api := range []string{APIOpenAI, APIVLLM, APISGLang} {
+		ts, f := newLonghaul(t, nil, 2)
+		c := newClient(t, []string{ts.URL}, Options{API: api, GroupByPrompt: true})
+		got, err := c.Generate(t.Context(), reqs)
+		if err != nil {
+			t.Fatalf("%s: %v", api, err)
+		}
+		if f.Calls() != 1 {
+			t.Fatalf("%s: %d calls, want one n=3 call", api, f.Calls())
+		}
+		if first == nil {
+			first = got
+			continue
+		}
+		for i := range got {
+			if !slices.Equal(got[i].Tokens, first[i].Tokens) || !slices.Equal(got[i].Logprobs, first[i].Logprobs) || got[i].Version != 2 {
+				t.Fatalf("%s choice %d: %+v, openai gave %+v", api, i, got[i], first[i])
+			}
+		}
+	}
+}
