@@ -163,9 +163,15 @@ func TestUpdateWeightsFailureFences(t *testing.T) {
 			if _, err := c.Generate(t.Context(), []gen.Request{req(1)}); err == nil || !strings.Contains(err.Error(), "no generation server is up") {
 				t.Fatalf("generation on a fenced server: %v", err)
 			}
+			// Once reloads work again the prober brings the server to the
+			// last version (the fake's reload bumps its version by one).
 			f.FailReload(nil)
-			if err := c.UpdateWeights(t.Context(), "/w", 1); err != nil {
-				t.Fatal(err)
+			deadline := time.Now().Add(10 * time.Second)
+			for c.ServedVersions()[ts.URL] != 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("the fenced server was not brought to version 1")
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
 			res, err := c.Generate(t.Context(), []gen.Request{req(1)})
 			if err != nil || res[0].Version != 1 {
@@ -243,6 +249,7 @@ func keys(m map[string][]map[string]any) []string {
 func TestRecordedVLLM(t *testing.T) {
 	ts, st := newStub(t, map[string]string{
 		"POST /inference/v1/generate": "vllm_generate.json",
+		"GET /health":                 "health.txt", // both engines answer 200 with an empty body
 		"POST /pause?mode=wait":       "vllm_pause.json",
 		"POST /collective_rpc":        "vllm_collective_rpc.json",
 		"POST /update_weight_version": "vllm_update_weight_version.json",
@@ -286,6 +293,7 @@ func TestRecordedVLLM(t *testing.T) {
 func TestRecordedSGLang(t *testing.T) {
 	ts, st := newStub(t, map[string]string{
 		"POST /generate":                 "sglang_generate.json",
+		"GET /health":                    "health.txt", // both engines answer 200 with an empty body
 		"POST /pause_generation":         "sglang_pause_generation.json",
 		"POST /update_weights_from_disk": "sglang_update_weights_from_disk.json",
 		"POST /continue_generation":      "sglang_continue_generation.json",
