@@ -98,20 +98,28 @@ func (s *Server) validate(sp *sampling, defMax int, extraStops ...int32) (params
 	for _, st := range stops {
 		// A one-byte stop is one token: the generator can stop on it
 		// directly instead of overrunning and being cut.
-		if len(st) == 1 {
+		if len(st) == 1 && s.be.TokenIDs == nil {
 			p.stopIDs = append(p.stopIDs, int32(st[0]))
 		}
 		p.stopStrings = append(p.stopStrings, st)
 	}
+	if ti := s.be.TokenIDs; ti != nil && len(p.stopStrings) > 0 {
+		return p, badParam("stop", "stop strings need a tokenizer, which this model is served without; use stop_token_ids.")
+	}
+	vocab := s.vocabSize()
 	for _, id := range sp.StopTokenIDs {
-		if id < 0 || id >= tokenizer.VocabSize {
-			return p, badParam("stop_token_ids", "token id %d is out of range [0, %d).", id, tokenizer.VocabSize)
+		if id < 0 || id >= int32(vocab) {
+			return p, badParam("stop_token_ids", "token id %d is out of range [0, %d).", id, vocab)
 		}
 	}
 	p.stopIDs = append(p.stopIDs, sp.StopTokenIDs...)
 	p.stopIDs = append(p.stopIDs, extraStops...)
-	if !sp.IgnoreEOS {
-		p.stopIDs = append(p.stopIDs, tokenizer.EOS) // vLLM stops at EOS unless ignore_eos
+	if !sp.IgnoreEOS { // vLLM stops at EOS unless ignore_eos
+		if ti := s.be.TokenIDs; ti != nil {
+			p.stopIDs = append(p.stopIDs, ti.Stop...)
+		} else {
+			p.stopIDs = append(p.stopIDs, tokenizer.EOS)
+		}
 	}
 	return p, nil
 }
@@ -145,8 +153,9 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 }
 
 // parsePrompt accepts the four OpenAI prompt forms: a string, an array of
-// strings, an array of token ids, an array of token-id arrays.
-func parsePrompt(raw json.RawMessage, bos bool) ([][]int32, error) {
+// strings, an array of token ids, an array of token-id arrays. Ids must be
+// below vocab; text needs the byte tokenizer (ti == nil).
+func parsePrompt(raw json.RawMessage, bos bool, vocab int, ti *TokenIDs) ([][]int32, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, badParam("prompt", "prompt is required.")
@@ -159,10 +168,14 @@ func parsePrompt(raw json.RawMessage, bos bool) ([][]int32, error) {
 		return tokenizer.AppendEncode(out, s)
 	}
 	var one string
+	var strs []string
+	isText := json.Unmarshal(raw, &one) == nil || (json.Unmarshal(raw, &strs) == nil && len(strs) > 0)
+	if isText && ti != nil {
+		return nil, errNoTokenizer("prompt")
+	}
 	if json.Unmarshal(raw, &one) == nil {
 		return [][]int32{text(one)}, nil
 	}
-	var strs []string
 	if json.Unmarshal(raw, &strs) == nil && len(strs) > 0 {
 		out := make([][]int32, len(strs))
 		for i, s := range strs {
@@ -172,16 +185,16 @@ func parsePrompt(raw json.RawMessage, bos bool) ([][]int32, error) {
 	}
 	var ids []int32
 	if json.Unmarshal(raw, &ids) == nil {
-		return checkPrompts([][]int32{ids})
+		return checkPrompts([][]int32{ids}, vocab)
 	}
 	var batch [][]int32
 	if json.Unmarshal(raw, &batch) == nil {
-		return checkPrompts(batch)
+		return checkPrompts(batch, vocab)
 	}
 	return nil, badParam("prompt", "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays.")
 }
 
-func checkPrompts(ps [][]int32) ([][]int32, error) {
+func checkPrompts(ps [][]int32, vocab int) ([][]int32, error) {
 	if len(ps) == 0 {
 		return nil, badParam("prompt", "prompt must not be empty.")
 	}
@@ -190,12 +203,27 @@ func checkPrompts(ps [][]int32) ([][]int32, error) {
 			return nil, badParam("prompt", "prompt must not be empty.")
 		}
 		for _, t := range p {
-			if t < 0 || t >= tokenizer.VocabSize {
-				return nil, badParam("prompt", "token id %d is out of range [0, %d).", t, tokenizer.VocabSize)
+			if t < 0 || int(t) >= vocab {
+				return nil, badParam("prompt", "token id %d is out of range [0, %d).", t, vocab)
 			}
 		}
 	}
 	return ps, nil
+}
+
+// errNoTokenizer answers a text input to a model served without its
+// tokenizer (Backend.TokenIDs).
+func errNoTokenizer(field string) error {
+	return badParam(field, "this model is served without a tokenizer: only token-id prompts are accepted (text, chat and /tokenize need one).")
+}
+
+// vocabSize is the served model's vocabulary: the byte tokenizer's unless
+// the backend says otherwise.
+func (s *Server) vocabSize() int {
+	if s.be.TokenIDs != nil {
+		return s.be.TokenIDs.Vocab
+	}
+	return tokenizer.VocabSize
 }
 
 // choice is one sampled completion after stop-string cutting.
@@ -257,6 +285,9 @@ func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice,
 			return nil, v, fmt.Errorf("generate: result %d has %d tokens and %d logprobs", i, len(rs.Tokens), len(rs.Logprobs))
 		}
 		out[i] = cutStops(rs, p.stopStrings)
+		if s.be.TokenIDs != nil {
+			out[i].text = "" // no tokenizer to write text with
+		}
 		out[i].prompt = i / p.n
 	}
 	s.metrics.promptTokens.Add(int64(total))
@@ -382,7 +413,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, badParam("logprobs", "logprobs must be in [0, %d], got %d.", maxLogprobs, *req.Logprobs))
 		return
 	}
-	prompts, err := parsePrompt(req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
+	prompts, err := parsePrompt(req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, s.vocabSize(), s.be.TokenIDs)
 	if err != nil {
 		s.writeParamError(w, err)
 		return
@@ -408,7 +439,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 				TextOffset: make([]int, len(c.tokens))}
 			off := 0
 			for k, t := range c.tokens {
-				lp.Tokens[k] = tokenString(t, p.asIDs)
+				lp.Tokens[k] = tokenString(t, p.asIDs || s.be.TokenIDs != nil)
 				lp.TextOffset[k] = min(off, len(c.text))
 				if t >= 0 && t < 256 {
 					off++
@@ -555,6 +586,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.writeLoading(w)
 		return
 	}
+	if s.be.TokenIDs != nil {
+		s.writeParamError(w, errNoTokenizer("messages"))
+		return
+	}
 	msgs, err := toMessages(req.Messages)
 	if err != nil {
 		s.writeParamError(w, err)
@@ -633,13 +668,17 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, err)
 		return
 	}
+	if s.be.TokenIDs != nil {
+		s.writeParamError(w, errNoTokenizer("prompt"))
+		return
+	}
 	var toks []int32
 	switch {
 	case req.Prompt != nil && req.Messages != nil:
 		s.writeParamError(w, badParam("prompt", "give either prompt or messages, not both."))
 		return
 	case req.Prompt != nil:
-		ps, err := parsePrompt(json.RawMessage(mustJSON(*req.Prompt)), req.AddSpecialTokens == nil || *req.AddSpecialTokens)
+		ps, err := parsePrompt(json.RawMessage(mustJSON(*req.Prompt)), req.AddSpecialTokens == nil || *req.AddSpecialTokens, s.vocabSize(), s.be.TokenIDs)
 		if err != nil {
 			s.writeParamError(w, err)
 			return
@@ -689,6 +728,10 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := s.checkModel(req.Model); err != nil {
 		s.writeParamError(w, err)
+		return
+	}
+	if s.be.TokenIDs != nil {
+		s.writeParamError(w, errNoTokenizer("tokens"))
 		return
 	}
 	for _, t := range req.Tokens {

@@ -237,7 +237,7 @@ func (s *Server) handleVLLMGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, err)
 		return
 	}
-	prompts, err := checkPrompts([][]int32{req.TokenIDs})
+	prompts, err := checkPrompts([][]int32{req.TokenIDs}, s.vocabSize())
 	if err != nil {
 		s.writeParamError(w, badParam("token_ids", "%v", err))
 		return
@@ -316,7 +316,7 @@ func (s *Server) handleSGLangGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, err)
 		return
 	}
-	prompts, err := checkPrompts([][]int32{req.InputIDs})
+	prompts, err := checkPrompts([][]int32{req.InputIDs}, s.vocabSize())
 	if err != nil {
 		s.writeParamError(w, badParam("input_ids", "%v", err))
 		return

@@ -49,6 +49,17 @@ type Backend struct {
 	Version func() int64
 	// MaxModelLen bounds prompt + max_tokens; 0 leaves it unchecked.
 	MaxModelLen int
+	// TokenIDs, when set, serves a model whose tokenizer the server does not
+	// have (an HF model directory, until its tokenizer is wired in): only
+	// token-id prompts, ids below Vocab; text prompts, stop strings, chat,
+	// /tokenize and /detokenize answer 400; completions carry no text.
+	TokenIDs *TokenIDs
+}
+
+// TokenIDs describes a model served by token ids only.
+type TokenIDs struct {
+	Vocab int     // ids are in [0, Vocab)
+	Stop  []int32 // default stop ids (eos), unless ignore_eos
 }
 
 // Options configure a Server.

@@ -27,6 +27,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTrainCmd(), newInspectCmd(), newServeCmd(), newServeTrainerCmd(), newBenchCmd(), newPlotCmd())
+	root.AddCommand(newTrainCmd(), newInspectCmd(), newServeCmd(), newServeTrainerCmd(), newBenchCmd(), newPlotCmd(), newInitModelCmd())
 	return root
 }

@@ -25,10 +25,10 @@ func newServeCmd() *cobra.Command {
 		port                  int
 		maxBody               int64
 		fake                  bool
-		cfgPath               string
+		cfgPath, modelDir     string
 	)
 	cmd := &cobra.Command{
-		Use:   "serve [--weights PATH] [--config FILE] [key=value ...]",
+		Use:   "serve [--weights PATH] [--config FILE] [key=value ...] | serve --model HFDIR",
 		Short: "serve a generator over an OpenAI-compatible HTTP API",
 		Long: `serve answers /v1/completions, /v1/chat/completions, /tokenize, /detokenize,
 /v1/models, /health, /metrics and POST /update_weights_from_disk (see docs/serving.md).
@@ -40,9 +40,17 @@ before exposing it.`,
 			}
 			var be server.Backend
 			var err error
-			if fake {
+			switch {
+			case fake:
 				be = server.NewFake(0).Backend(fakeModelName)
-			} else {
+			case modelDir != "":
+				if weights != "" || cfgPath != "" || len(args) > 0 {
+					return fmt.Errorf("serve: --model serves an HF directory as it is; it takes no --weights, --config or key=value")
+				}
+				if be, err = runner.HFBackend(cmd.Context(), modelDir); err != nil {
+					return err
+				}
+			default:
 				cfg, _, err := loadConfig(cfgPath, args)
 				if err != nil {
 					return err
@@ -66,6 +74,7 @@ before exposing it.`,
 	f.StringVar(&apiKey, "api-key", "", "require this bearer token (default $LONGHAUL_API_KEY)")
 	f.Int64Var(&maxBody, "max-body-bytes", 1<<20, "largest request body accepted (413 beyond)")
 	f.StringVar(&cfgPath, "config", "", "config whose model section shapes the model served without --weights (default: the embedded example)")
+	f.StringVar(&modelDir, "model", "", "Hugging Face model directory (Llama/Qwen2/Qwen3) to serve by token ids (docs/hf-models.md)")
 	f.BoolVar(&fake, "fake-backend", false, "serve a deterministic fake generator (for tests only)")
 	_ = f.MarkHidden("fake-backend")
 	return cmd

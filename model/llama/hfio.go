@@ -1,0 +1,429 @@
+package llama
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Hugging Face model directories: config.json, then model.safetensors or
+// model.safetensors.index.json ({"weight_map": {tensor: shard file}}) with
+// its shards. Safetensors (https://huggingface.co/docs/safetensors): an
+// 8-byte little-endian header length N, N bytes of JSON {name: {dtype,
+// shape, data_offsets [begin, end)}}, then the raw little-endian data.
+
+const (
+	configFile = "config.json"
+	genFile    = "generation_config.json"
+	weightFile = "model.safetensors"
+	indexFile  = "model.safetensors.index.json"
+	maxHeader  = 100 << 20
+)
+
+// TokenizerFiles are copied beside saved weights when present.
+var TokenizerFiles = []string{"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+	"special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "tokenizer.model"}
+
+type stTensor struct {
+	DType       string   `json:"dtype"`
+	Shape       []int    `json:"shape"`
+	DataOffsets [2]int64 `json:"data_offsets"`
+}
+
+var dtypeSize = map[string]int{"F32": 4, "BF16": 2, "F16": 2}
+
+// LoadDir reads an HF model directory. Weights in F32, BF16 or F16 are
+// converted into the float32 slab tensor by tensor through a small buffer,
+// so loading holds one full copy of the model, never two.
+func LoadDir(dir string) (*Model, error) {
+	b, err := os.ReadFile(filepath.Join(dir, configFile))
+	if err != nil {
+		return nil, fmt.Errorf("llama: load %s: %w", dir, err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("llama: load %s: %w", filepath.Join(dir, configFile), err)
+	}
+	files := map[string][]string{} // shard file -> tensors it must hold
+	if ib, err := os.ReadFile(filepath.Join(dir, indexFile)); err == nil {
+		var idx struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		if err := json.Unmarshal(ib, &idx); err != nil {
+			return nil, fmt.Errorf("llama: load %s: %w", filepath.Join(dir, indexFile), err)
+		}
+		for name, f := range idx.WeightMap {
+			if f != filepath.Base(f) || strings.HasPrefix(f, ".") {
+				return nil, fmt.Errorf("llama: load %s: tensor %q maps to file %q outside the directory", indexFile, name, f)
+			}
+			files[f] = append(files[f], name)
+		}
+	} else if errors.Is(err, os.ErrNotExist) {
+		files[weightFile] = nil
+	} else {
+		return nil, fmt.Errorf("llama: load %s: %w", dir, err)
+	}
+	m, err := newEmpty(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.srcDir = dir
+	spec := make(map[string]*tensorSpec, len(m.specs))
+	for i := range m.specs {
+		spec[m.specs[i].name] = &m.specs[i]
+	}
+	seen := map[string]bool{}
+	names := make([]string, 0, len(files))
+	for f := range files {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	buf := make([]byte, 8<<20)
+	for _, f := range names {
+		got, err := m.readShard(filepath.Join(dir, f), spec, seen, buf)
+		if err != nil {
+			return nil, fmt.Errorf("llama: load %s: %w", filepath.Join(dir, f), err)
+		}
+		if want := files[f]; want != nil {
+			slices.Sort(want)
+			if !slices.Equal(want, got) {
+				return nil, fmt.Errorf("llama: load %s: holds tensors %v, the index says %v", f, got, want)
+			}
+		}
+	}
+	for _, s := range m.specs {
+		if !seen[s.name] {
+			return nil, fmt.Errorf("llama: load %s: tensor %q missing", dir, s.name)
+		}
+	}
+	return m, nil
+}
+
+// readShard reads one safetensors file into the slab and returns the
+// (sorted) tensor names it held.
+func (m *Model) readShard(path string, spec map[string]*tensorSpec, seen map[string]bool, buf []byte) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var hl [8]byte
+	if _, err := io.ReadFull(f, hl[:]); err != nil {
+		return nil, fmt.Errorf("safetensors: reading the header length: %w", err)
+	}
+	n := binary.LittleEndian.Uint64(hl[:])
+	if n > maxHeader || int64(n) > st.Size()-8 {
+		return nil, fmt.Errorf("safetensors: header length %d exceeds the file (%d bytes)", n, st.Size())
+	}
+	hdr := make([]byte, n)
+	if _, err := io.ReadFull(f, hdr); err != nil {
+		return nil, fmt.Errorf("safetensors: header: %w", err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(hdr, &raw); err != nil {
+		return nil, fmt.Errorf("safetensors: header: %w", err)
+	}
+	base, dataLen := int64(8+n), st.Size()-int64(8+n)
+	var names []string
+	for name, r := range raw {
+		if name == "__metadata__" {
+			continue
+		}
+		if strings.HasSuffix(name, "rotary_emb.inv_freq") {
+			continue // a buffer older Llama checkpoints saved; recomputed from the config
+		}
+		s, ok := spec[name]
+		if !ok {
+			return nil, fmt.Errorf("safetensors: tensor %q is not part of a %s model with this config", name, m.cfg.Family)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("safetensors: tensor %q appears twice", name)
+		}
+		var t stTensor
+		if err := json.Unmarshal(r, &t); err != nil {
+			return nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
+		}
+		es, ok := dtypeSize[t.DType]
+		if !ok {
+			return nil, fmt.Errorf("safetensors: tensor %q has dtype %s (supported: F32, BF16, F16)", name, t.DType)
+		}
+		if !slices.Equal(t.Shape, s.shape) {
+			return nil, fmt.Errorf("safetensors: tensor %q has shape %v, config.json implies %v", name, t.Shape, s.shape)
+		}
+		b, e := t.DataOffsets[0], t.DataOffsets[1]
+		if b < 0 || e < b || e > dataLen || e-b != int64(es*s.size) {
+			return nil, fmt.Errorf("safetensors: tensor %q has bad data offsets [%d,%d) (%d bytes of data, %s×%d)", name, b, e, dataLen, t.DType, s.size)
+		}
+		if err := readTensor(f, base+b, t.DType, m.w[s.off:s.off+s.size], buf); err != nil {
+			return nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
+		}
+		seen[name] = true
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// readTensor converts a tensor's bytes at off into dst, in chunks through
+// buf split over two goroutines (each with half of buf). F32 is read
+// straight into the slab's memory: the formats are little-endian, as are
+// the machines Go builds this for (amd64, arm64).
+func readTensor(f *os.File, off int64, dtype string, dst []float32, buf []byte) error {
+	es := dtypeSize[dtype]
+	half := len(buf) / 2
+	per := half / es
+	var errs [2]error
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := buf[w*half : (w+1)*half]
+			for i := w * per; i < len(dst); i += 2 * per {
+				out := dst[i:min(i+per, len(dst))]
+				if dtype == "F32" {
+					raw := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
+					if _, err := f.ReadAt(raw, off+int64(i*es)); err != nil {
+						errs[w] = err
+						return
+					}
+					continue
+				}
+				raw := b[:len(out)*es]
+				if _, err := f.ReadAt(raw, off+int64(i*es)); err != nil {
+					errs[w] = err
+					return
+				}
+				src := unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), len(out))
+				if dtype == "BF16" {
+					for j, v := range src {
+						out[j] = math.Float32frombits(uint32(v) << 16)
+					}
+				} else {
+					for j, v := range src {
+						out[j] = f16ToF32(v)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs[0], errs[1])
+}
+
+// f16ToF32 widens an IEEE half (exact).
+func f16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	frac := uint32(h) & 0x3ff
+	switch {
+	case exp == 0x1f: // inf, nan
+		return math.Float32frombits(sign | 0x7f800000 | frac<<13)
+	case exp == 0 && frac == 0:
+		return math.Float32frombits(sign)
+	case exp == 0: // subnormal: value frac·2^-24
+		v := float32(frac) * (1.0 / (1 << 24))
+		if sign != 0 {
+			v = -v
+		}
+		return v
+	}
+	return math.Float32frombits(sign | (exp+112)<<23 | frac<<13)
+}
+
+// bf16 rounds a float32 to bfloat16, to nearest even (NaN stays NaN).
+func bf16(v float32) uint16 {
+	u := math.Float32bits(v)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
+
+// SaveOptions controls SaveDir.
+type SaveOptions struct {
+	DType         string // "F32" (default) or "BF16"
+	TokenizerDir  string // copy TokenizerFiles from here ("" = the directory the model was loaded from, if any)
+	MaxShardBytes int64  // > 0: shard the weights (model-0000i-of-0000n.safetensors + index)
+}
+
+// SaveDir writes the model as an HF directory: config.json,
+// generation_config.json, the weights in HF names and [out, in] layout,
+// and the tokenizer files. dir is created if needed; files are written to
+// temporaries and renamed.
+func (m *Model) SaveDir(dir string, o SaveOptions) error {
+	if o.DType == "" {
+		o.DType = "F32"
+	}
+	if o.DType != "F32" && o.DType != "BF16" {
+		return fmt.Errorf("llama: save: dtype %q (want F32 or BF16)", o.DType)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("llama: save: %w", err)
+	}
+	cfg := m.cfg
+	cfg.SavedDType = map[string]string{"F32": "float32", "BF16": "bfloat16"}[o.DType]
+	cb, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("llama: save: %w", err)
+	}
+	if err := writeAtomic(filepath.Join(dir, configFile), func(w io.Writer) error { _, err := w.Write(append(cb, '\n')); return err }); err != nil {
+		return err
+	}
+	src := o.TokenizerDir
+	if src == "" {
+		src = m.srcDir
+	}
+	for _, name := range append(slices.Clone(TokenizerFiles), genFile) {
+		if src == "" || filepath.Clean(src) == filepath.Clean(dir) {
+			break
+		}
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("llama: save: %w", err)
+		}
+		if err := writeAtomic(filepath.Join(dir, name), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, genFile)); errors.Is(err, os.ErrNotExist) {
+		gen := map[string]any{"_from_model_config": true}
+		if cfg.BOS != nil {
+			gen["bos_token_id"] = *cfg.BOS
+		}
+		if cfg.EOS != nil {
+			gen["eos_token_id"] = *cfg.EOS
+		}
+		gb, _ := json.MarshalIndent(gen, "", "  ")
+		if err := writeAtomic(filepath.Join(dir, genFile), func(w io.Writer) error { _, err := w.Write(append(gb, '\n')); return err }); err != nil {
+			return err
+		}
+	}
+	return m.saveWeights(dir, o)
+}
+
+func (m *Model) saveWeights(dir string, o SaveOptions) error {
+	es := int64(4)
+	if o.DType == "BF16" {
+		es = 2
+	}
+	// group tensors into shards in slab order
+	var shards [][]tensorSpec
+	var cur []tensorSpec
+	var curBytes, total int64
+	for _, s := range m.specs {
+		b := es * int64(s.size)
+		total += b
+		if o.MaxShardBytes > 0 && len(cur) > 0 && curBytes+b > o.MaxShardBytes {
+			shards, cur, curBytes = append(shards, cur), nil, 0
+		}
+		cur, curBytes = append(cur, s), curBytes+b
+	}
+	shards = append(shards, cur)
+	weightMap := map[string]string{}
+	for i, sh := range shards {
+		name := weightFile
+		if o.MaxShardBytes > 0 {
+			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+		}
+		for _, s := range sh {
+			weightMap[s.name] = name
+		}
+		if err := writeAtomic(filepath.Join(dir, name), func(w io.Writer) error { return m.encodeShard(w, sh, o.DType) }); err != nil {
+			return err
+		}
+	}
+	idx := filepath.Join(dir, indexFile)
+	if o.MaxShardBytes <= 0 {
+		if err := os.Remove(idx); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("llama: save: %w", err)
+		}
+		return nil
+	}
+	ib, _ := json.MarshalIndent(map[string]any{"metadata": map[string]int64{"total_size": total}, "weight_map": weightMap}, "", "  ")
+	return writeAtomic(idx, func(w io.Writer) error { _, err := w.Write(append(ib, '\n')); return err })
+}
+
+// encodeShard streams one safetensors file: tensors in slab order.
+func (m *Model) encodeShard(w io.Writer, specs []tensorSpec, dtype string) error {
+	es := 4
+	if dtype == "BF16" {
+		es = 2
+	}
+	var h strings.Builder
+	h.WriteString(`{"__metadata__":{"format":"pt"}`)
+	off := 0
+	for _, s := range specs {
+		shape, _ := json.Marshal(s.shape)
+		fmt.Fprintf(&h, `,%q:{"dtype":%q,"shape":%s,"data_offsets":[%d,%d]}`, s.name, dtype, shape, off, off+es*s.size)
+		off += es * s.size
+	}
+	h.WriteString("}")
+	for h.Len()%8 != 0 {
+		h.WriteByte(' ')
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var hl [8]byte
+	binary.LittleEndian.PutUint64(hl[:], uint64(h.Len()))
+	bw.Write(hl[:])
+	bw.WriteString(h.String())
+	var b [4]byte
+	for _, s := range specs {
+		for _, v := range m.w[s.off : s.off+s.size] {
+			if es == 2 {
+				binary.LittleEndian.PutUint16(b[:], bf16(v))
+			} else {
+				binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
+			}
+			if _, err := bw.Write(b[:es]); err != nil {
+				return err
+			}
+		}
+	}
+	return bw.Flush()
+}
+
+func writeAtomic(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("llama: write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	err = f.Chmod(0o644)
+	if err == nil {
+		err = write(f)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("llama: write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package llama
+
+const raceEnabled = true

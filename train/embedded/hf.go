@@ -1,0 +1,129 @@
+package embedded
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/train"
+)
+
+// HFTrainer trains a Llama/Qwen model (model/llama) in process, with the
+// same losses, AdamW and versioning as Trainer. Its checkpoints and exports
+// are Hugging Face directories (config.json, model.safetensors, tokenizer
+// files) plus trainer.state and trainer.json, so any checkpoint loads in
+// transformers or vLLM as it is.
+type HFTrainer struct {
+	t       *llama.Trainer
+	oc      model.OptimConfig
+	pg, sft model.LossConfig
+	version int64
+}
+
+// NewHF wraps a llama trainer.
+func NewHF(m *llama.Model, oc model.OptimConfig, pg model.LossConfig) (*HFTrainer, error) {
+	t, err := llama.NewTrainer(m, oc)
+	if err != nil {
+		return nil, err
+	}
+	pg.Kind = model.LossPG
+	return &HFTrainer{t: t, oc: oc, pg: pg, sft: model.LossConfig{Kind: model.LossSFT, Norm: model.NormTokenMean}}, nil
+}
+
+// Model returns the trained model (mutated by TrainStep).
+func (t *HFTrainer) Model() *llama.Model { return t.t.Model() }
+
+// TrainStep implements train.Trainer.
+func (t *HFTrainer) TrainStep(ctx context.Context, b train.Batch) (train.StepStats, error) {
+	lc := t.pg
+	switch b.Loss {
+	case train.LossPG, "":
+	case train.LossSFT:
+		lc = t.sft
+	default:
+		return train.StepStats{}, fmt.Errorf("embedded trainer: unknown loss %q", b.Loss)
+	}
+	seqs := make([]model.Sequence, len(b.Rows))
+	for i, r := range b.Rows {
+		seqs[i] = model.Sequence{Tokens: r.Tokens, Mask: r.Mask, Advantages: r.Advantages, OldLogprobs: r.OldLogprobs}
+	}
+	st, err := t.t.Step(ctx, seqs, lc)
+	if err != nil {
+		return train.StepStats{}, fmt.Errorf("embedded trainer: %w", err)
+	}
+	t.version++
+	return train.StepStats{Step: t.version, Version: t.version, Loss: st.Loss, GradNorm: st.GradNorm,
+		LR: st.LR, ClipFrac: st.ClipFrac, Tokens: st.Tokens}, nil
+}
+
+// State implements train.Trainer.
+func (t *HFTrainer) State(context.Context) (train.State, error) {
+	return train.State{Step: t.version, Version: t.version}, nil
+}
+
+// SaveCheckpoint implements train.Trainer: the HF directory, the optimizer
+// state and the version.
+func (t *HFTrainer) SaveCheckpoint(_ context.Context, dir string) error {
+	if err := t.t.Model().SaveDir(dir, llama.SaveOptions{}); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, StateFile))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := t.t.SaveState(w); err != nil {
+		f.Close()
+		return err
+	}
+	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(meta{Version: t.version})
+	return os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644)
+}
+
+// LoadCheckpoint implements train.Trainer.
+func (t *HFTrainer) LoadCheckpoint(_ context.Context, dir string) error {
+	m, err := llama.LoadDir(dir)
+	if err != nil {
+		return err
+	}
+	nt, err := llama.NewTrainer(m, t.oc)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(filepath.Join(dir, StateFile))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := nt.LoadState(bufio.NewReader(f)); err != nil {
+		return fmt.Errorf("embedded trainer: %s: %w", dir, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	if err != nil {
+		return err
+	}
+	var md meta
+	if err := json.Unmarshal(b, &md); err != nil {
+		return fmt.Errorf("embedded trainer: %s: %w", MetaFile, err)
+	}
+	t.t, t.version = nt, md.Version
+	return nil
+}
+
+// ExportWeights implements train.Trainer. path names the weights file of
+// an HF directory (…/model.safetensors); the whole directory is written.
+func (t *HFTrainer) ExportWeights(_ context.Context, path string) error {
+	if filepath.Base(path) != WeightsFile {
+		return fmt.Errorf("embedded trainer: export %s: an HF export is a directory whose weights are %s", path, WeightsFile)
+	}
+	return t.t.Model().SaveDir(filepath.Dir(path), llama.SaveOptions{})
+}
