@@ -7,6 +7,7 @@ by columns; HF stores [out, in] per projection. Used by the agreement test
 
 python3 -m longhaul_trainer.gomodel to-hf --go FILE --out DIR
 python3 -m longhaul_trainer.gomodel compare --go FILE --hf DIR   # prints {"max_rel": ..., ...}
+python3 -m longhaul_trainer.gomodel compare-hf --a DIR --hf DIR   # two HF directories, tensor by name
 """
 
 import argparse
@@ -57,21 +58,28 @@ def to_hf_tensors(go, gc):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python3 -m longhaul_trainer.gomodel", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("cmd", choices=["to-hf", "compare"])
-    p.add_argument("--go", required=True, help="the Go model's safetensors file (config.json beside it)")
+    p.add_argument("cmd", choices=["to-hf", "compare", "compare-hf"])
+    p.add_argument("--go", help="the Go model's safetensors file (config.json beside it)")
+    p.add_argument("--a", help="compare-hf: the first HF directory")
     p.add_argument("--out", help="to-hf: HF directory to write")
     p.add_argument("--hf", help="compare: HF directory (model.safetensors) to compare with --go")
     a = p.parse_args(argv)
-    gc = go_config(a.go)
-    _, go = st.load_file(a.go)
-    mapped = to_hf_tensors(go, gc)
+    if a.cmd == "compare-hf":
+        mapped = lm.read_weights(a.a)
+    else:
+        gc = go_config(a.go)
+        _, go = st.load_file(a.go)
+        mapped = to_hf_tensors(go, gc)
     if a.cmd == "to-hf":
         m = lm.CausalLM(lm.Config(hf_config(gc)))
         lm.load_state(m, mapped, a.go)
         os.makedirs(a.out, exist_ok=True)
         lm.save_hf(m, a.out)
         return 0
-    _, hf = st.load_file(os.path.join(a.hf, "model.safetensors"))
+    hf = lm.read_weights(a.hf)
+    if set(hf) != set(mapped):
+        print(json.dumps({"error": f"tensor names differ: {sorted(set(hf) ^ set(mapped))[:6]}"}))
+        return 1
     worst, where, maxabs = 0.0, "", 0.0
     for name, t in mapped.items():
         u = hf[name]
