@@ -89,6 +89,7 @@ type Server struct {
 	idSeq   atomic.Uint64
 	metrics *metrics
 	routes  map[string]map[string]http.HandlerFunc // path -> method -> handler
+	gate    gate                                   // pause/resume (engines.go)
 }
 
 // New returns a server over b.
@@ -123,6 +124,7 @@ func New(b Backend, opts Options) (*Server, error) {
 		"/metrics":                  {http.MethodGet: s.handleMetrics},
 		"/update_weights_from_disk": {http.MethodPost: s.handleReload},
 	}
+	s.addEngineRoutes()
 	return s, nil
 }
 
@@ -320,7 +322,8 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) handleReload(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		ModelPath string `json:"model_path"`
+		ModelPath     string  `json:"model_path"`
+		WeightVersion *string `json:"weight_version"` // SGLang: the version the caller expects
 	}
 	if !s.decode(w, r, &req) {
 		return
@@ -349,6 +352,13 @@ func (s *Server) handleReload(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.version.Set(float64(v))
 	s.log.Info("weights reloaded", "path", req.ModelPath, "version", v)
+	if req.WeightVersion != nil && *req.WeightVersion != strconv.FormatInt(v, 10) {
+		// SGLang labels the weights with weight_version; here the label is
+		// read from beside the weights, so a disagreement is a failed update.
+		writeJSON(w, v, http.StatusBadRequest, map[string]any{"success": false, "version": v,
+			"message": fmt.Sprintf("loaded weights are version %d, not the weight_version %q asked for", v, *req.WeightVersion)})
+		return
+	}
 	writeJSON(w, v, http.StatusOK, map[string]any{"success": true,
 		"message": fmt.Sprintf("Succeeded to update model weights from %s.", req.ModelPath), "version": v})
 }
@@ -362,6 +372,9 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 // generate runs one batched generator call under the read lock and returns
 // the results with the version that produced them.
 func (s *Server) generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, int64, error) {
+	if err := s.gate.wait(ctx); err != nil {
+		return nil, s.version(), err
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	v := s.version()

@@ -57,7 +57,14 @@ type Options struct {
 	// depends on the first seed of its group and its place in it, not on
 	// its own seed. Off by default.
 	GroupByPrompt bool
-	Logger        *slog.Logger
+	// API is the servers' request shape: APIOpenAI (default: /v1/completions
+	// with vLLM's token-id extensions; longhaul serve), APIVLLM
+	// (/inference/v1/generate) or APISGLang (/generate). engines.go.
+	API string
+	// ReloadMethod is the worker method UpdateWeights calls through vLLM's
+	// /collective_rpc (default "reload_weights"; see weights.go).
+	ReloadMethod string
+	Logger       *slog.Logger
 }
 
 // Client is a gen.Generator over a set of servers. It is safe for
@@ -73,6 +80,9 @@ type Client struct {
 
 	stop context.CancelFunc
 	done chan struct{}
+
+	upd  updater // weight updates (weights.go)
+	life context.Context
 }
 
 type backend struct {
@@ -83,6 +93,12 @@ type backend struct {
 	retryAt  time.Time
 	backoff  time.Duration
 	served   int64
+	// version is the weight version confirmed by the last UpdateWeights
+	// (-1 before one): a call's version when the answer names none.
+	version int64
+	// fenced keeps calls off the server while its weights change, and after
+	// an update that failed until one succeeds.
+	fenced bool
 }
 
 // ServerStatus is a snapshot of one server as the client sees it.
@@ -122,6 +138,16 @@ func New(ctx context.Context, servers []string, opts Options) (*Client, error) {
 	if opts.MaxResponseBytes <= 0 {
 		opts.MaxResponseBytes = 64 << 20
 	}
+	switch opts.API {
+	case "":
+		opts.API = APIOpenAI
+	case APIOpenAI, APIVLLM, APISGLang:
+	default:
+		return nil, fmt.Errorf("openai: api %q: want %q, %q or %q", opts.API, APIOpenAI, APIVLLM, APISGLang)
+	}
+	if opts.ReloadMethod == "" {
+		opts.ReloadMethod = "reload_weights"
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,10 +163,10 @@ func New(ctx context.Context, servers []string, opts Options) (*Client, error) {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			return nil, fmt.Errorf("openai: server %q: want an http:// or https:// URL", s)
 		}
-		c.backends = append(c.backends, &backend{url: u, up: true, backoff: opts.MinBackoff})
+		c.backends = append(c.backends, &backend{url: u, up: true, backoff: opts.MinBackoff, version: -1})
 	}
 	pctx, cancel := context.WithCancel(ctx)
-	c.stop = cancel
+	c.stop, c.life = cancel, pctx
 	go c.probeLoop(pctx)
 	return c, nil
 }
@@ -174,7 +200,7 @@ func (c *Client) pick(skip map[*backend]bool) *backend {
 	n := len(c.backends)
 	for k := range n {
 		b := c.backends[(c.next+k)%n]
-		if skip[b] || (!b.up && now.Before(b.retryAt)) {
+		if skip[b] || b.fenced || (!b.up && now.Before(b.retryAt)) {
 			continue
 		}
 		down := !b.up
@@ -271,6 +297,7 @@ func (c *Client) probe(ctx context.Context, b *backend) {
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusOK {
 		c.markUp(b)
+		c.catchUp(b)
 		return
 	}
 	c.markDown(b, fmt.Errorf("health: HTTP %d", resp.StatusCode))
@@ -392,11 +419,7 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 	if topP <= 0 || topP > 1 {
 		topP = 1
 	}
-	body, err := json.Marshal(completionRequest{
-		Model: c.opts.Model, Prompt: r.Prompt, MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: topP,
-		TopK: r.TopK, Seed: int64(r.Seed), StopTokenIDs: r.Stop, Logprobs: 1,
-		ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true, IgnoreEOS: true, N: n,
-	})
+	route, body, err := c.encodeRequest(r, n, topP)
 	if err != nil {
 		return nil, &Error{Class: ClassData, Err: fmt.Errorf("encode request: %w", err)}
 	}
@@ -412,7 +435,7 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 		}
 		tried[b] = true
 		t0 := time.Now()
-		res, answered, err := c.post(ctx, b, body, r, n)
+		res, answered, err := c.post(ctx, b, route, body, r, n)
 		if c.opts.OnCall != nil {
 			c.opts.OnCall(b.url, time.Since(t0), err)
 		}
@@ -435,13 +458,13 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 
 // post sends one call to b. answered reports whether b sent a response
 // status (so a failure is about the call, not about reaching b).
-func (c *Client) post(ctx context.Context, b *backend, body []byte, r *gen.Request, n int) ([]gen.Result, bool, error) {
+func (c *Client) post(ctx context.Context, b *backend, route string, body []byte, r *gen.Request, n int) ([]gen.Result, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
 	infra := func(status int, err error) *Error {
 		return &Error{Class: ClassInfra, Status: status, Server: b.url, Err: err}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/v1/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+route, bytes.NewReader(body))
 	if err != nil {
 		return nil, false, &Error{Class: ClassData, Server: b.url, Err: fmt.Errorf("build request: %w", err)}
 	}
@@ -472,7 +495,7 @@ func (c *Client) post(ctx context.Context, b *backend, body []byte, r *gen.Reque
 		return nil, true, &Error{Class: classOfStatus(resp.StatusCode), Status: resp.StatusCode, Server: b.url,
 			Err: fmt.Errorf("completions: %s", errorMessage(raw))}
 	}
-	res, version, err := parse(raw, r, n)
+	res, version, err := c.decodeResponse(raw, r, n)
 	if err != nil {
 		return nil, true, dataErr(b.url, resp.StatusCode, "%w", err)
 	}
@@ -480,6 +503,13 @@ func (c *Client) post(ctx context.Context, b *backend, body []byte, r *gen.Reque
 		if version, err = strconv.ParseInt(h, 10, 64); err != nil {
 			return nil, true, dataErr(b.url, resp.StatusCode, "bad %s header %q", versionHeader, h)
 		}
+	}
+	if version < 0 {
+		// vLLM names no version in its answers: the one UpdateWeights
+		// confirmed is the served one (calls are fenced off while it changes).
+		c.mu.Lock()
+		version = b.version
+		c.mu.Unlock()
 	}
 	for i := range res {
 		if res[i].Finish == "abort" {

@@ -184,6 +184,7 @@ type Generator struct {
 	// of the digest and of Diff.
 	APIKey string `yaml:"api_key" digest:"-" doc:"bearer token for the servers; not part of the config digest"`
 	Model  string `yaml:"model" doc:"model name sent to the servers"`
+	API    string `yaml:"api" enum:"openai|vllm|sglang" doc:"request shape and weight-update routes of the servers (docs/serving.md)"`
 }
 
 // Trainer configures where the optimizer steps.
@@ -221,7 +222,7 @@ func Default() *Config {
 			MaxConsecutiveDroppedPrompts: 4, MinStepBatchFraction: 0.5,
 			OnDroppedPrompt: "retry", MaxGroupRetries: 2, RetryDelaySteps: 1, StallTimeoutS: 300, StallAction: "warn",
 			CallTimeoutS: 60, RolloutTimeoutS: 600},
-		Generator: Generator{Kind: "embedded", URLs: []string{}},
+		Generator: Generator{Kind: "embedded", URLs: []string{}, API: "openai"},
 		Trainer:   Trainer{Kind: "embedded"},
 		Tokenizer: defaultTokenizer(),
 	}

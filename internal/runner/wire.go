@@ -123,7 +123,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		}
 	case "openai":
 		oo := openai.Options{Model: cfg.Generator.Model,
-			APIKey: cfg.Generator.APIKey, Logger: log,
+			APIKey: cfg.Generator.APIKey, Logger: log, API: cfg.Generator.API,
 			RequestTimeout: time.Duration(cfg.RolloutFailure.CallTimeoutS * float64(time.Second))}
 		if obs != nil {
 			oo.OnCall = obs.ObserveCall
@@ -150,6 +150,10 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			abs, err := filepath.Abs(weights)
 			if err != nil {
 				return err
+			}
+			if cfg.Generator.API == openai.APIVLLM || cfg.Generator.API == openai.APISGLang {
+				// vLLM and SGLang load an HF directory: the export's.
+				return oc.UpdateWeights(ctx, filepath.Dir(abs), v)
 			}
 			for _, u := range cfg.Generator.URLs {
 				if err := reloadServer(ctx, u, cfg.Generator.APIKey, abs, v); err != nil {
