@@ -3,7 +3,7 @@
 # tests that run it as a real process on loopback (protocol round trip
 # through train/remote's client, exact resume across processes, SIGKILL
 # mid-step and restart, `torchrun` with 2 ranks on gloo). Needs Debian's
-# python3-torch and python3-numpy (installed by .ci/steps/15-setup.sh).
+# python3-torch and python3-numpy (installed by .ci/steps/00-setup.sh).
 set -euo pipefail
 export GOEXPERIMENT=${GOEXPERIMENT-simd} GOAMD64=${GOAMD64:-v1} GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 PY=${LONGHAUL_PYTHON:-/usr/bin/python3}
