@@ -62,6 +62,13 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}
+	// One writer per run: two processes appending to one log would
+	// interleave records and leave it unreadable.
+	lock, err := Lock(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, lock.Unlock()) }()
 	if err := checkConfig(cfg, dir, opts.AllowChange); err != nil {
 		return err
 	}
