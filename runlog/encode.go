@@ -281,6 +281,12 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 		e.b = append(e.b, v.ConfigDigest[:]...)
 		e.uv(v.Seed)
 		e.str(v.Mode)
+	case ConfigChanged:
+		e.b = append(e.b, v.Digest[:]...)
+		e.uv(uint64(len(v.Changes)))
+		for _, c := range v.Changes {
+			e.str(c)
+		}
 	case PromptAdmitted:
 		e.uv(uint64(v.Epoch))
 		e.uv(v.Cursor)
@@ -534,6 +540,17 @@ func decodeEvent(b []byte) (Event, error) {
 		ev = Rewound{Step: d.sv(), Version: d.sv()}
 	case KindGroupDropped:
 		ev = GroupDropped{Group: GroupID(d.uv()), Class: d.str(), Reason: d.str()}
+	case KindConfigChanged:
+		var v ConfigChanged
+		d.fixed(v.Digest[:])
+		n := d.uv()
+		if n > uint64(len(d.b)) {
+			d.fail("change count %d beyond payload", n)
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			v.Changes = append(v.Changes, d.str())
+		}
+		ev = v
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownKind, kind)
 	}
@@ -592,6 +609,7 @@ var kindNames = [...]string{
 	KindSnapshotWritten:   "SnapshotWritten",
 	KindRewound:           "Rewound",
 	KindGroupDropped:      "GroupDropped",
+	KindConfigChanged:     "ConfigChanged",
 }
 
 // String returns the kind's type name, e.g. "CallFinished".
@@ -603,4 +621,4 @@ func (k Kind) String() string {
 }
 
 // numKinds bounds the kind values this build knows (exclusive).
-const numKinds = int(KindGroupDropped) + 1
+const numKinds = int(KindConfigChanged) + 1

@@ -30,7 +30,7 @@ import (
 // next snapshot is a base and the old chain is deleted.
 
 const (
-	snapVersion = 1
+	snapVersion = 2 // 2: Counts has a ConfigChanged entry
 	snapBase    = 0
 	snapDelta   = 1
 	snapHeader  = 22

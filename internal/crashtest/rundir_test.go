@@ -70,4 +70,21 @@ func TestSecondTrainerRefused(t *testing.T) {
 	if step != 4 {
 		t.Fatalf("log ends at step %d, want 4", step)
 	}
+	l.Close()
+
+	// Config on resume, through the command line: with config.yaml deleted,
+	// a changed key is refused naming it, with or without --config.
+	if err := os.Remove(filepath.Join(dir, runner.ConfigFile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"train", "--run-dir", dir, "--no-progress", "optim.lr=0.002"},
+		{"train", "--config", cfg, "--run-dir", dir, "--no-progress", "run.max_steps=4", "compaction.trigger_tokens=50"},
+	} {
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		changed := args[len(args)-1][:strings.Index(args[len(args)-1], "=")]
+		if err == nil || !strings.Contains(string(out), "config changed") || !strings.Contains(string(out), changed) {
+			t.Fatalf("%v: want a refusal naming %s, got %v:\n%s", args, changed, err, out)
+		}
+	}
 }

@@ -42,8 +42,15 @@ type Options struct {
 	// AllowChange names the config keys that may differ from the run
 	// directory's config on resume (e.g. run.max_steps).
 	AllowChange []string
-	Crash       func(point string)
-	Progress    func(controller.Progress)
+	// FromRun says no config file was given: a resume uses the run's own
+	// config (the one the log's digest names) with Overrides applied, and
+	// cfg is used only for a new run.
+	FromRun   bool
+	Overrides []string
+	// OnConfig, when set, is told the config the run goes on with.
+	OnConfig func(*config.Config)
+	Crash    func(point string)
+	Progress func(controller.Progress)
 	// Envs replaces the built-in environment registry.
 	Envs *env.Registry
 }
@@ -69,7 +76,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, lock.Unlock()) }()
-	if err := checkConfig(cfg, dir, opts.AllowChange); err != nil {
+	if err := config.CheckAllowed(opts.AllowChange); err != nil {
 		return err
 	}
 	// The config is stored only once the run can start, so a first attempt
@@ -83,6 +90,13 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if rec := rl.Recovery(); rec.Truncated {
 		log.Warn("run log tail was torn; cut back to the last whole record", "file", rec.Segment,
 			"bytes", rec.Bytes, "records", rec.Records, "detail", rec.Message)
+	}
+	cfg, changes, err := resumeConfig(rl, dir, cfg, opts)
+	if err != nil {
+		return err
+	}
+	if opts.OnConfig != nil {
+		opts.OnConfig(cfg)
 	}
 	reg := opts.Envs
 	if reg == nil {
@@ -110,7 +124,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := storeConfig(cfg, dir); err != nil {
+	if err := recordConfig(ctx, rl, dir, cfg, changes, log); err != nil {
 		return err
 	}
 	if err := c.Run(ctx); err != nil {
@@ -132,24 +146,6 @@ func PlotRun(dir string) error {
 		return nil
 	}
 	return metrics.Plot(steps, "longhaul: "+filepath.Base(dir), filepath.Join(dir, CurveFile))
-}
-
-// checkConfig compares cfg with the run directory's stored config (a
-// resume): keys not in allow must be equal.
-func checkConfig(cfg *config.Config, dir string, allow []string) error {
-	path := filepath.Join(dir, ConfigFile)
-	if b, err := os.ReadFile(path); err == nil {
-		old, err := config.Parse(path, b)
-		if err != nil {
-			return fmt.Errorf("runner: the run directory's config: %w", err)
-		}
-		if err := config.CheckChange(old, cfg, allow); err != nil {
-			return fmt.Errorf("runner: resuming %s: %w", dir, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("runner: %w", err)
-	}
-	return nil
 }
 
 // storeConfig writes cfg as the run directory's config.
