@@ -165,7 +165,14 @@ func (l *Log) recover(ctx context.Context) error {
 		}
 		filesEnd = bases[n-1] + uint64(fi.Size())
 	}
-	st, from, chain := l.loadSnapshots(filesEnd)
+	verified := l.readWatermark()
+	if filesEnd < verified {
+		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: filesEnd, Expected: verified, By: "the verified watermark"}
+	}
+	st, from, chain, err := l.loadSnapshots(filesEnd)
+	if err != nil {
+		return err
+	}
 	l.chain = chain
 	var end uint64
 	for i, base := range bases {
@@ -236,7 +243,16 @@ func (l *Log) recover(ctx context.Context) error {
 		}
 	}
 	if from > end {
-		return fmt.Errorf("open run log: snapshot covers offset %d beyond the log end %d: %w", from, end, ErrCorrupt)
+		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: end, Expected: from, By: "the loaded snapshot"}
+	}
+	if end < verified {
+		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: end, Expected: verified, By: "the verified watermark"}
+	}
+	if err := l.verifyRange(ctx, bases, verified, end); err != nil {
+		return err
+	}
+	if err := l.writeWatermark(end); err != nil {
+		return err
 	}
 	seg, pack, err := createSegment(l.logDir, end)
 	if err != nil {

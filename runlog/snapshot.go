@@ -456,7 +456,7 @@ func readSnap(path string) (snapMeta, []byte, error) {
 // cleanly and covers no more than filesEnd, the offset it covers, and the
 // chain. Without one it returns the empty state at offset 0. A snapshot
 // that fails to load is only a lost shortcut: replay covers it.
-func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta) {
+func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta, error) {
 	ents, _ := os.ReadDir(l.snapDir)
 	var offs []uint64
 	for _, e := range ents {
@@ -475,7 +475,12 @@ func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta) {
 	slices.Sort(offs)
 	for i := len(offs) - 1; i >= 0; i-- {
 		if offs[i] > filesEnd {
-			l.logger.Warn("runlog: snapshot beyond the log end ignored", "offset", offs[i], "end", filesEnd)
+			if _, _, err := readSnap(filepath.Join(l.snapDir, snapName(offs[i]))); err == nil {
+				// A whole snapshot was taken of records that were durable:
+				// the log that no longer reaches them lost acknowledged data.
+				return nil, 0, nil, &ShortLogError{Path: l.logDir, End: filesEnd, Expected: offs[i], By: "snapshot " + filepath.Join(l.snapDir, snapName(offs[i]))}
+			}
+			l.logger.Warn("runlog: damaged snapshot beyond the log end ignored", "offset", offs[i], "end", filesEnd)
 			continue
 		}
 		s, chain, err := l.loadChain(offs[i])
@@ -483,9 +488,9 @@ func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta) {
 			l.logger.Warn("runlog: snapshot not loaded", "offset", offs[i], "err", err)
 			continue
 		}
-		return s, offs[i], chain
+		return s, offs[i], chain, nil
 	}
-	return NewState(), 0, nil
+	return NewState(), 0, nil, nil
 }
 
 func (l *Log) loadChain(off uint64) (*State, []snapMeta, error) {

@@ -143,3 +143,17 @@ func recordConfig(ctx context.Context, rl *runlog.Log, dir string, cfg *config.C
 	}
 	return storeConfig(cfg, dir)
 }
+
+// withRecoveryChoices adds what a user can do about a damaged run log: the
+// error itself names the file and offset.
+func withRecoveryChoices(err error, dir string) error {
+	var ce *runlog.CorruptionError
+	var se *runlog.ShortLogError
+	if !errors.As(err, &ce) && !errors.As(err, &se) {
+		return err
+	}
+	return fmt.Errorf("%w\nrecovery choices: (1) restore %s from a backup and resume; "+
+		"(2) keep the run up to the damage: in a copy of %s, cut the named segment at the named offset, delete later segments, "+
+		"runlog/verified and runlog/snap/, then resume (what was logged after the cut is redone from the newest checkpoint it covers); "+
+		"(3) start a new run in another --run-dir", err, dir, dir)
+}

@@ -84,7 +84,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	// the fix in the same run directory.
 	rl, err := runlog.Open(ctx, dir, runlog.Options{Logger: log, Hook: opts.Crash})
 	if err != nil {
-		return err
+		return withRecoveryChoices(err, dir)
 	}
 	defer func() { err = errors.Join(err, rl.Close()) }()
 	if rec := rl.Recovery(); rec.Truncated {
