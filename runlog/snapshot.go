@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
 // Snapshots. A snapshot file snap/<offset>.snap holds the state of the log
@@ -121,7 +123,7 @@ func (l *Log) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 		l.mu.Unlock()
 	}
 	name := snapName(off)
-	if err := writeFileDurable(l.snapDir, name, b, l.opts.Hook); err != nil {
+	if err := writeFileDurable(l.opts.FS, l.snapDir, name, b, l.opts.Hook); err != nil {
 		restore()
 		return SnapshotInfo{}, fmt.Errorf("write snapshot: %w", err)
 	}
@@ -138,7 +140,7 @@ func (l *Log) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 		// longer needed to recover.
 		for _, m := range old {
 			if m.offset != off {
-				if err := os.Remove(filepath.Join(l.snapDir, snapName(m.offset))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				if err := l.opts.FS.Remove(filepath.Join(l.snapDir, snapName(m.offset))); err != nil && !errors.Is(err, os.ErrNotExist) {
 					l.logger.Warn("runlog: remove old snapshot", "err", err)
 				}
 			}
@@ -163,15 +165,15 @@ func snapHeaderBytes(kind uint8, off, parent uint64) []byte {
 // fsyncs dir, so the file is either whole or absent after a crash.
 // hook (may be nil) is called at "snapshot.write", between the fsync of the
 // temporary file and its rename: crash tests kill the process there.
-func writeFileDurable(dir, name string, b []byte, hook func(string)) (err error) {
+func writeFileDurable(fs storage.FS, dir, name string, b []byte, hook func(string)) (err error) {
 	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.Create(tmp)
+	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			os.Remove(tmp)
+			fs.Remove(tmp)
 		}
 	}()
 	if _, err = f.Write(b); err == nil {
@@ -186,10 +188,10 @@ func writeFileDurable(dir, name string, b []byte, hook func(string)) (err error)
 	if hook != nil {
 		hook("snapshot.write")
 	}
-	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+	if err = fs.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return syncDir(fs, dir)
 }
 
 // encodeStateBody appends the snapshot body. With full, every group;

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+
+	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
 // Resume verification. Replay after a snapshot reads only the records the
@@ -52,22 +54,12 @@ func (l *Log) writeWatermark(end uint64) error {
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	path := filepath.Join(l.logDir, watermarkFile)
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("runlog: watermark: %w", err)
-	}
-	_, err = f.Write(b)
+	err := storage.WriteFile(l.opts.FS, tmp, b)
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+		err = l.opts.FS.Rename(tmp, path)
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(l.logDir)
+		err = syncDir(l.opts.FS, l.logDir)
 	}
 	if err != nil {
 		return fmt.Errorf("runlog: watermark: %w", err)
