@@ -59,21 +59,21 @@ func TestStorageFaults(t *testing.T) {
 	evs := genRun(s, randChooser{rand.New(rand.NewPCG(11, 12))}, 120, t.Fatalf)
 	for _, tc := range []struct {
 		name  string
-		fault storage.Faulty
+		fault *storage.Faulty
 		exact bool // no unacknowledged record may reappear
 	}{
-		{"ENOSPC in a segment", storage.Faulty{Fault: storage.NoSpace, At: 30, Match: ".seg"}, true},
-		{"short write in a segment", storage.Faulty{Fault: storage.ShortWrite, At: 30, Match: ".seg"}, true},
-		{"ENOSPC in a pack", storage.Faulty{Fault: storage.NoSpace, At: 8, Match: ".pack"}, true},
-		{"short write in a pack", storage.Faulty{Fault: storage.ShortWrite, At: 8, Match: ".pack"}, true},
-		{"disk full after 6000 bytes", storage.Faulty{Fault: storage.FailAfterBytes, Bytes: 6000}, true},
-		{"failed fsync of a segment", storage.Faulty{Fault: storage.FailSync, At: 30, Match: ".seg"}, false},
+		{"ENOSPC in a segment", &storage.Faulty{Fault: storage.NoSpace, At: 30, Match: ".seg"}, true},
+		{"short write in a segment", &storage.Faulty{Fault: storage.ShortWrite, At: 30, Match: ".seg"}, true},
+		{"ENOSPC in a pack", &storage.Faulty{Fault: storage.NoSpace, At: 8, Match: ".pack"}, true},
+		{"short write in a pack", &storage.Faulty{Fault: storage.ShortWrite, At: 8, Match: ".pack"}, true},
+		{"disk full after 6000 bytes", &storage.Faulty{Fault: storage.FailAfterBytes, Bytes: 6000}, true},
+		{"failed fsync of a segment", &storage.Faulty{Fault: storage.FailSync, At: 30, Match: ".seg"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			f := tc.fault
 			f.FS = storage.OS
-			acked, err := appendUntilFailure(t, dir, &f, evs)
+			acked, err := appendUntilFailure(t, dir, f, evs)
 			if !f.Fired() || err == nil {
 				t.Fatalf("fault fired: %v; first append error: %v (want both)", f.Fired(), err)
 			}

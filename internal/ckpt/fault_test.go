@@ -15,20 +15,20 @@ import (
 func TestStorageFaultsKeepPrevious(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fault storage.Faulty
+		fault *storage.Faulty
 		want  error
 	}{
-		{"fsync of a trainer file fails", storage.Faulty{Fault: storage.FailSync, At: 1, Match: "optim.bin"}, syscall.EIO},
-		{"manifest write hits ENOSPC", storage.Faulty{Fault: storage.NoSpace, At: 1, Match: ManifestName}, syscall.ENOSPC},
-		{"manifest write torn", storage.Faulty{Fault: storage.ShortWrite, At: 1, Match: ManifestName}, syscall.ENOSPC},
-		{"manifest fsync fails", storage.Faulty{Fault: storage.FailSync, At: 1, Match: ManifestName}, syscall.EIO},
+		{"fsync of a trainer file fails", &storage.Faulty{Fault: storage.FailSync, At: 1, Match: "optim.bin"}, syscall.EIO},
+		{"manifest write hits ENOSPC", &storage.Faulty{Fault: storage.NoSpace, At: 1, Match: ManifestName}, syscall.ENOSPC},
+		{"manifest write torn", &storage.Faulty{Fault: storage.ShortWrite, At: 1, Match: ManifestName}, syscall.ENOSPC},
+		{"manifest fsync fails", &storage.Faulty{Fault: storage.FailSync, At: 1, Match: ManifestName}, syscall.EIO},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			p1 := write(t, root, 1, 0)
 			f := tc.fault
 			f.FS = storage.OS
-			_, _, err := WriteFS(&f, root, Manifest{Step: 2, Version: 2}, fill("b"))
+			_, _, err := WriteFS(f, root, Manifest{Step: 2, Version: 2}, fill("b"))
 			if !errors.Is(err, tc.want) || !f.Fired() {
 				t.Fatalf("err = %v (fired %v), want %v", err, f.Fired(), tc.want)
 			}
