@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
 	"github.com/longhaul-rl/longhaul/model"
@@ -84,7 +85,14 @@ func loadLimited(ctx context.Context, path string, max int64) (*model.Model, err
 
 // readLimited reads a regular file of at most max bytes.
 func readLimited(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
+	// Stat first and open non-blocking: opening a FIFO for reading would
+	// otherwise wait for a writer forever.
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
