@@ -55,6 +55,11 @@ type Options struct {
 	// its own seed. Off by default.
 	GroupByPrompt bool
 	Logger        *slog.Logger
+	// MaxOutage is how long a call waits, retrying with backoff, while no
+	// server can take it (all down, connection refused, 503) before it
+	// fails (default 600s: rollout_failure.max_outage_s). The wait spends
+	// no retry budget.
+	MaxOutage time.Duration
 }
 
 // Client is a gen.Generator over a set of servers. It is safe for
@@ -67,6 +72,11 @@ type Client struct {
 
 	mu   sync.Mutex // guards picking, so in-flight counts stay exact
 	next int        // rotates tie-breaks between equally loaded servers
+	// Version fencing (publish.go), under mu.
+	pubPath    string
+	pubVersion int64
+	lo, hi     int64
+	expectSet  bool
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -80,6 +90,7 @@ type backend struct {
 	retryAt  time.Time
 	backoff  time.Duration
 	served   int64
+	version  int64 // the weight version it is known to serve; -1 unknown
 }
 
 // ServerStatus is a snapshot of one server as the client sees it.
@@ -122,6 +133,9 @@ func New(ctx context.Context, servers []string, opts Options) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.MaxOutage <= 0 {
+		opts.MaxOutage = 600 * time.Second
+	}
 	hc := opts.HTTPClient
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -134,7 +148,7 @@ func New(ctx context.Context, servers []string, opts Options) (*Client, error) {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			return nil, fmt.Errorf("openai: server %q: want an http:// or https:// URL", s)
 		}
-		c.backends = append(c.backends, &backend{url: u, up: true, backoff: opts.MinBackoff})
+		c.backends = append(c.backends, &backend{url: u, up: true, backoff: opts.MinBackoff, version: -1})
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	c.stop = cancel
@@ -171,7 +185,7 @@ func (c *Client) pick(skip map[*backend]bool) *backend {
 	n := len(c.backends)
 	for k := range n {
 		b := c.backends[(c.next+k)%n]
-		if skip[b] || (!b.up && now.Before(b.retryAt)) {
+		if skip[b] || (!b.up && now.Before(b.retryAt)) || !c.fresh(b) {
 			continue
 		}
 		down := !b.up
@@ -267,6 +281,12 @@ func (c *Client) probe(ctx context.Context, b *backend) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusOK {
+		// A server that came back (or changed version under us) is
+		// brought to the current weights before it gets a call.
+		if err := c.catchUp(ctx, b, reportedVersion(resp.Header)); err != nil {
+			c.markDown(b, err)
+			return
+		}
 		c.markUp(b)
 		return
 	}
@@ -399,17 +419,35 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 	}
 	tried := map[*backend]bool{}
 	var lastErr error
+	var outage time.Time
 	for {
 		b := c.pick(tried)
 		if b == nil {
-			if lastErr != nil {
-				return nil, lastErr
+			// No server can take the call: an outage is waited out (up
+			// to MaxOutage), not charged to the rollout.
+			if outage.IsZero() {
+				outage = time.Now()
 			}
-			return nil, &Error{Class: ClassInfra, Err: errors.New("no generation server is up")}
+			if c.waitForServer(ctx, outage) {
+				clear(tried)
+				continue
+			}
+			if lastErr == nil {
+				lastErr = &Error{Class: ClassInfra, Err: errors.New("no generation server is up to date and up")}
+			}
+			return nil, fmt.Errorf("no server for %v (rollout_failure.max_outage_s): %w", time.Since(outage).Round(time.Second), lastErr)
 		}
 		tried[b] = true
 		res, answered, err := c.post(ctx, b, body, r, n)
 		c.release(b, answered)
+		var e0 *Error
+		if answered && errors.As(err, &e0) && (e0.Status == http.StatusServiceUnavailable || errors.Is(err, ErrVersion)) {
+			// Loading, overloaded or stale: not this call's fault; try
+			// another server or wait for one.
+			c.markDown(b, err)
+			lastErr = err
+			continue
+		}
 		if answered {
 			// An answer proves the server is up: do not wait for a probe.
 			c.markUp(b)
@@ -473,6 +511,9 @@ func (c *Client) post(ctx context.Context, b *backend, body []byte, r *gen.Reque
 		if version, err = strconv.ParseInt(h, 10, 64); err != nil {
 			return nil, true, dataErr(b.url, resp.StatusCode, "bad %s header %q", versionHeader, h)
 		}
+	}
+	if version, err = c.checkServed(b, version); err != nil {
+		return nil, true, err
 	}
 	for i := range res {
 		if res[i].Finish == "abort" {
