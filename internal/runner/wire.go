@@ -56,7 +56,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 	case "remote":
 		// The trainer process initialises (and warm-starts) its own model
 		// from the same config: `longhaul serve-trainer --config ...`.
-		p.tr = remote.New(cfg.Trainer.URL, remote.Options{})
+		p.tr = remote.New(cfg.Trainer.URL, remote.Options{MaxOutage: time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))})
 	default:
 		return nil, fmt.Errorf("runner: trainer.kind %q", cfg.Trainer.Kind)
 	}
