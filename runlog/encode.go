@@ -281,6 +281,12 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 		e.b = append(e.b, v.ConfigDigest[:]...)
 		e.uv(v.Seed)
 		e.str(v.Mode)
+	case ConfigChanged:
+		e.b = append(e.b, v.Digest[:]...)
+		e.uv(uint64(len(v.Changes)))
+		for _, c := range v.Changes {
+			e.str(c)
+		}
 	case PromptAdmitted:
 		e.uv(uint64(v.Epoch))
 		e.uv(v.Cursor)
@@ -546,6 +552,17 @@ func decodeEvent(b []byte) (Event, error) {
 		ev = GroupRequeued{Group: GroupID(d.uv()), Step: d.sv(), Class: d.str(), Reason: d.str()}
 	case KindRolloutRegenerated:
 		ev = RolloutRegenerated{Rollout: d.rollout(), Reason: d.str()}
+	case KindConfigChanged:
+		var v ConfigChanged
+		d.fixed(v.Digest[:])
+		n := d.uv()
+		if n > uint64(len(d.b)) {
+			d.fail("change count %d beyond payload", n)
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			v.Changes = append(v.Changes, d.str())
+		}
+		ev = v
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownKind, kind)
 	}
@@ -606,6 +623,7 @@ var kindNames = [...]string{
 	KindGroupDropped:       "GroupDropped",
 	KindGroupRequeued:      "GroupRequeued",
 	KindRolloutRegenerated: "RolloutRegenerated",
+	KindConfigChanged:      "ConfigChanged",
 }
 
 // String returns the kind's type name, e.g. "CallFinished".
@@ -617,4 +635,4 @@ func (k Kind) String() string {
 }
 
 // numKinds bounds the kind values this build knows (exclusive).
-const numKinds = int(KindRolloutRegenerated) + 1
+const numKinds = int(KindConfigChanged) + 1

@@ -26,6 +26,7 @@ const (
 	KindGroupDropped
 	KindGroupRequeued
 	KindRolloutRegenerated
+	KindConfigChanged
 )
 
 // GroupID names a prompt group. It is derived from (run seed, epoch, cursor)
@@ -46,6 +47,14 @@ type RunStarted struct {
 	ConfigDigest [32]byte // SHA-256 of the canonical config
 	Seed         uint64
 	Mode         string // "deterministic" or "throughput"
+}
+
+// ConfigChanged records a resume with a config that differs from the run's
+// in keys the user allowed (--allow-config-change). From here on Digest is
+// the run's config digest; Changes lists "key: old -> new", sorted by key.
+type ConfigChanged struct {
+	Digest  [32]byte
+	Changes []string
 }
 
 // PromptAdmitted records that the data cursor handed out one prompt; the
@@ -252,6 +261,7 @@ func (GroupRequeued) Kind() Kind { return KindGroupRequeued }
 func (RolloutRegenerated) Kind() Kind {
 	return KindRolloutRegenerated
 }
+func (ConfigChanged) Kind() Kind     { return KindConfigChanged }
 func (RunStarted) Kind() Kind        { return KindRunStarted }
 func (PromptAdmitted) Kind() Kind    { return KindPromptAdmitted }
 func (AttemptStarted) Kind() Kind    { return KindAttemptStarted }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
@@ -37,6 +38,16 @@ type Report struct {
 	// Tail is set when the last segment ends in an unfinished or torn
 	// append (a writer may be mid-append); inspect never repairs it.
 	Tail *Recovery `json:"tail,omitempty"`
+	// ConfigChanges lists every resume that changed allowed config keys.
+	ConfigChanges []ConfigChangeReport `json:"config_changes,omitempty"`
+}
+
+// ConfigChangeReport is one ConfigChanged.
+type ConfigChangeReport struct {
+	Offset  Offset   `json:"offset"`
+	Step    int64    `json:"step"` // the step the run had reached
+	Digest  string   `json:"digest"`
+	Changes []string `json:"changes"`
 }
 
 // TrainedReport is one StepTrained.
@@ -95,13 +106,25 @@ func readOnlyFold(ctx context.Context, dir string, fn func(Offset, Event) error)
 
 // Inspect builds the report of the run directory dir. It only reads.
 func Inspect(ctx context.Context, dir string) (*Report, error) {
-	s, tail, end, err := readOnlyFold(ctx, dir, nil)
+	var changes []ConfigChangeReport
+	var step int64
+	s, tail, end, err := readOnlyFold(ctx, dir, func(off Offset, ev Event) error {
+		switch v := ev.(type) {
+		case StepTrained:
+			step = v.Step
+		case Rewound:
+			step = v.Step
+		case ConfigChanged:
+			changes = append(changes, ConfigChangeReport{Offset: off, Step: step, Digest: hex.EncodeToString(v.Digest[:]), Changes: v.Changes})
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	r := &Report{Dir: dir, LastOffset: end, Events: s.Applied, Counts: map[string]uint64{}, Groups: map[string]int{}, Rollouts: map[string]int{},
 		Epoch: s.Epoch, NextCursor: s.NextCursor, Step: s.Step, Version: s.Version, Trained: []TrainedReport{},
-		CallsGenerated: s.Counts[KindCallFinished], Tail: tail}
+		CallsGenerated: s.Counts[KindCallFinished], Tail: tail, ConfigChanges: changes}
 	for k := 1; k < numKinds; k++ {
 		r.Counts[Kind(k).String()] = s.Counts[k]
 	}
@@ -179,6 +202,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if r.Tail != nil {
 		fmt.Fprintf(tw, "tail\t%d bytes in %d records after offset %d not whole (%s)\n", r.Tail.Bytes, r.Tail.Records, r.Tail.Offset, r.Tail.Message)
+	}
+	for _, c := range r.ConfigChanges {
+		fmt.Fprintf(tw, "config changed\tat step %d (offset %d): %s\n", c.Step, c.Offset, strings.Join(c.Changes, "; "))
 	}
 	fmt.Fprintln(tw, "\nevents by kind")
 	for k := 1; k < numKinds; k++ {

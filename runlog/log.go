@@ -11,6 +11,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
 // ErrClosed is returned by calls on a closed Log.
@@ -37,6 +39,9 @@ type Options struct {
 	// OnAppend, when set, is told how long each successful Append waited
 	// until its events were durable (the Prometheus log-latency histogram).
 	OnAppend func(time.Duration)
+	// FS is where every write goes (default: the OS); tests inject
+	// faults through it.
+	FS storage.FS
 }
 
 // Dir layout under the run directory.
@@ -82,7 +87,7 @@ type Log struct {
 	seq      uint64
 
 	// Owned by the syncer goroutine.
-	segF, packF *os.File
+	segF, packF storage.File
 
 	readyc     chan struct{} // the syncer is idle
 	unitc      chan *unit
@@ -127,6 +132,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.FS == nil {
+		opts.FS = storage.OS
+	}
 	l := &Log{
 		opts:       opts,
 		logger:     opts.Logger,
@@ -143,7 +151,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 	}
 	l.files.dir = l.logDir
 	l.blobs.dir = l.logDir
-	if err := os.MkdirAll(l.snapDir, 0o755); err != nil {
+	if err := opts.FS.MkdirAll(l.snapDir, 0o755); err != nil {
 		return nil, fmt.Errorf("open run log: %w", err)
 	}
 	if err := l.recover(ctx); err != nil {
@@ -169,7 +177,14 @@ func (l *Log) recover(ctx context.Context) error {
 		}
 		filesEnd = bases[n-1] + uint64(fi.Size())
 	}
-	st, from, chain := l.loadSnapshots(filesEnd)
+	verified := l.readWatermark()
+	if filesEnd < verified {
+		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: filesEnd, Expected: verified, By: "the verified watermark"}
+	}
+	st, from, chain, err := l.loadSnapshots(filesEnd)
+	if err != nil {
+		return err
+	}
 	l.chain = chain
 	var end uint64
 	for i, base := range bases {
@@ -219,11 +234,11 @@ func (l *Log) recover(ctx context.Context) error {
 		}
 		l.recovery = Recovery{Truncated: true, Segment: path, Offset: Offset(end), Bytes: int64(len(b) - res.end), Records: res.dropped, Message: res.err.Error()}
 		l.logger.Warn("runlog: cut torn tail", "segment", path, "offset", end, "bytes", l.recovery.Bytes, "records", res.dropped, "reason", res.err)
-		if err := os.Truncate(path, int64(res.end)); err != nil {
+		if err := l.opts.FS.Truncate(path, int64(res.end)); err != nil {
 			return fmt.Errorf("cut torn tail: %w", err)
 		}
-		if err := syncFile(path); err != nil {
-			return err
+		if err := storage.SyncFile(l.opts.FS, path); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
 		}
 	}
 	if n := len(bases); n > 0 {
@@ -231,7 +246,7 @@ func (l *Log) recover(ctx context.Context) error {
 		// fresh one at the same base.
 		if last := bases[n-1]; end-last <= segHeaderSize {
 			for _, name := range []string{segName(last), packName(last)} {
-				if err := os.Remove(filepath.Join(l.logDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				if err := l.opts.FS.Remove(filepath.Join(l.logDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("open run log: %w", err)
 				}
 			}
@@ -240,9 +255,18 @@ func (l *Log) recover(ctx context.Context) error {
 		}
 	}
 	if from > end {
-		return fmt.Errorf("open run log: snapshot covers offset %d beyond the log end %d: %w", from, end, ErrCorrupt)
+		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: end, Expected: from, By: "the loaded snapshot"}
 	}
-	seg, pack, err := createSegment(l.logDir, end)
+	if end < verified {
+		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: end, Expected: verified, By: "the verified watermark"}
+	}
+	if err := l.verifyRange(ctx, bases, verified, end); err != nil {
+		return err
+	}
+	if err := l.writeWatermark(end); err != nil {
+		return err
+	}
+	seg, pack, err := createSegment(l.opts.FS, l.logDir, end)
 	if err != nil {
 		return err
 	}
@@ -252,18 +276,6 @@ func (l *Log) recover(ctx context.Context) error {
 	l.segBase, l.segSize = end, segHeaderSize
 	l.pack = newPackWriter(end)
 	l.end = Offset(end + segHeaderSize)
-	return nil
-}
-
-func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
 	return nil
 }
 
@@ -535,7 +547,7 @@ func (l *Log) roll(base uint64) error {
 	if err := l.packF.Close(); err != nil {
 		return fmt.Errorf("close pack: %w", err)
 	}
-	seg, pack, err := createSegment(l.logDir, base)
+	seg, pack, err := createSegment(l.opts.FS, l.logDir, base)
 	if err != nil {
 		return err
 	}

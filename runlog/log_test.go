@@ -371,8 +371,9 @@ func TestBitFlips(t *testing.T) {
 	}
 }
 
-// TestBlobCorruption: a flipped bit in a pack is found when the tokens are
-// read, with the pack's offset.
+// TestBlobCorruption: a flipped bit in a pack is found by the Open that
+// first verifies it, naming the pack and offset; damage that appears after
+// verification (below the watermark) is still found when the tokens are read.
 func TestBlobCorruption(t *testing.T) {
 	dir := t.TempDir()
 	buildLog(t, dir, 40)
@@ -384,10 +385,19 @@ func TestBlobCorruption(t *testing.T) {
 	}
 	b[30] ^= 4
 	os.WriteFile(p, b, 0o644)
-	l := openLog(t, dir, Options{}) // replay needs no blobs
+	_, err = Open(context.Background(), dir, Options{})
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.Offset > 30 || ce.Path != p {
+		t.Fatalf("Open over an unverified corrupt pack: %v", err)
+	}
+	b[30] ^= 4
+	os.WriteFile(p, b, 0o644)
+	openLog(t, dir, Options{}).Close() // verified up to the end now
+	b[30] ^= 4
+	os.WriteFile(p, b, 0o644)
+	l := openLog(t, dir, Options{}) // below the watermark: not read again
 	defer l.Close()
 	err = l.Events(context.Background(), func(Offset, Event) error { return nil })
-	var ce *CorruptionError
 	if !errors.As(err, &ce) || ce.Offset > 30 {
 		t.Fatalf("Events over a corrupt pack: %v", err)
 	}

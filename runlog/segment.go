@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
 // Framing layer. A segment file is
@@ -222,25 +224,20 @@ func btoi(b bool) int {
 }
 
 // syncDir makes a directory's entries (new or renamed files) durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+func syncDir(fs storage.FS, dir string) error {
+	if err := fs.SyncDir(dir); err != nil {
 		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return nil
 }
 
 // createSegment creates the segment and pack files for base, durably.
-func createSegment(dir string, base uint64) (seg, pack *os.File, err error) {
-	seg, err = os.OpenFile(filepath.Join(dir, segName(base)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+func createSegment(fs storage.FS, dir string, base uint64) (seg, pack storage.File, err error) {
+	seg, err = fs.OpenFile(filepath.Join(dir, segName(base)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create segment: %w", err)
 	}
-	pack, err = os.OpenFile(filepath.Join(dir, packName(base)), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	pack, err = fs.OpenFile(filepath.Join(dir, packName(base)), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err == nil {
 		_, err = seg.Write(segHeader(base))
 	}
@@ -248,7 +245,7 @@ func createSegment(dir string, base uint64) (seg, pack *os.File, err error) {
 		err = seg.Sync()
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = syncDir(fs, dir)
 	}
 	if err != nil {
 		seg.Close()

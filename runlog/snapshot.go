@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
 // Snapshots. A snapshot file snap/<offset>.snap holds the state of the log
@@ -30,7 +32,7 @@ import (
 // next snapshot is a base and the old chain is deleted.
 
 const (
-	snapVersion = 2 // 2 added per-class failure counts, Regenerate, AdmittedFor and Retries
+	snapVersion = 3 // 2 added per-class failure counts, Regenerate, AdmittedFor and Retries; 3: Counts has a ConfigChanged entry
 	snapBase    = 0
 	snapDelta   = 1
 	snapHeader  = 22
@@ -121,7 +123,7 @@ func (l *Log) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 		l.mu.Unlock()
 	}
 	name := snapName(off)
-	if err := writeFileDurable(l.snapDir, name, b, l.opts.Hook); err != nil {
+	if err := writeFileDurable(l.opts.FS, l.snapDir, name, b, l.opts.Hook); err != nil {
 		restore()
 		return SnapshotInfo{}, fmt.Errorf("write snapshot: %w", err)
 	}
@@ -138,7 +140,7 @@ func (l *Log) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 		// longer needed to recover.
 		for _, m := range old {
 			if m.offset != off {
-				if err := os.Remove(filepath.Join(l.snapDir, snapName(m.offset))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				if err := l.opts.FS.Remove(filepath.Join(l.snapDir, snapName(m.offset))); err != nil && !errors.Is(err, os.ErrNotExist) {
 					l.logger.Warn("runlog: remove old snapshot", "err", err)
 				}
 			}
@@ -163,15 +165,15 @@ func snapHeaderBytes(kind uint8, off, parent uint64) []byte {
 // fsyncs dir, so the file is either whole or absent after a crash.
 // hook (may be nil) is called at "snapshot.write", between the fsync of the
 // temporary file and its rename: crash tests kill the process there.
-func writeFileDurable(dir, name string, b []byte, hook func(string)) (err error) {
+func writeFileDurable(fs storage.FS, dir, name string, b []byte, hook func(string)) (err error) {
 	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.Create(tmp)
+	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			os.Remove(tmp)
+			fs.Remove(tmp)
 		}
 	}()
 	if _, err = f.Write(b); err == nil {
@@ -186,10 +188,10 @@ func writeFileDurable(dir, name string, b []byte, hook func(string)) (err error)
 	if hook != nil {
 		hook("snapshot.write")
 	}
-	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+	if err = fs.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return syncDir(fs, dir)
 }
 
 // encodeStateBody appends the snapshot body. With full, every group;
@@ -466,7 +468,7 @@ func readSnap(path string) (snapMeta, []byte, error) {
 // cleanly and covers no more than filesEnd, the offset it covers, and the
 // chain. Without one it returns the empty state at offset 0. A snapshot
 // that fails to load is only a lost shortcut: replay covers it.
-func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta) {
+func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta, error) {
 	ents, _ := os.ReadDir(l.snapDir)
 	var offs []uint64
 	for _, e := range ents {
@@ -485,7 +487,12 @@ func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta) {
 	slices.Sort(offs)
 	for i := len(offs) - 1; i >= 0; i-- {
 		if offs[i] > filesEnd {
-			l.logger.Warn("runlog: snapshot beyond the log end ignored", "offset", offs[i], "end", filesEnd)
+			if _, _, err := readSnap(filepath.Join(l.snapDir, snapName(offs[i]))); err == nil {
+				// A whole snapshot was taken of records that were durable:
+				// the log that no longer reaches them lost acknowledged data.
+				return nil, 0, nil, &ShortLogError{Path: l.logDir, End: filesEnd, Expected: offs[i], By: "snapshot " + filepath.Join(l.snapDir, snapName(offs[i]))}
+			}
+			l.logger.Warn("runlog: damaged snapshot beyond the log end ignored", "offset", offs[i], "end", filesEnd)
 			continue
 		}
 		s, chain, err := l.loadChain(offs[i])
@@ -493,9 +500,9 @@ func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta) {
 			l.logger.Warn("runlog: snapshot not loaded", "offset", offs[i], "err", err)
 			continue
 		}
-		return s, offs[i], chain
+		return s, offs[i], chain, nil
 	}
-	return NewState(), 0, nil
+	return NewState(), 0, nil, nil
 }
 
 func (l *Log) loadChain(off uint64) (*State, []snapMeta, error) {

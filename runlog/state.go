@@ -284,6 +284,8 @@ func apply(s *State, ev Event, off Offset) error {
 			return invalid("mode %q is neither deterministic nor throughput", v.Mode)
 		}
 		s.Started, s.Seed, s.Mode, s.ConfigDigest = true, v.Seed, v.Mode, v.ConfigDigest
+	case ConfigChanged:
+		s.ConfigDigest = v.Digest
 	case PromptAdmitted:
 		return applyAdmit(s, v)
 	case AttemptStarted:

@@ -247,7 +247,9 @@ func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice,
 	}
 	if ml := s.be.MaxModelLen; ml > 0 {
 		for _, pr := range prompts {
-			if len(pr)+p.maxTokens > ml {
+			// Compared without adding: max_tokens near 2^63 would overflow
+			// the sum and pass.
+			if p.maxTokens > ml-len(pr) {
 				return nil, s.version(), badParam("max_tokens",
 					"This model's maximum context length is %d tokens; the prompt has %d and max_tokens is %d.", ml, len(pr), p.maxTokens)
 			}

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/gen"
+
+	"github.com/longhaul-rl/longhaul/internal/allowpath"
 )
 
 // VersionHeader carries the served weight version on every response.
@@ -33,6 +35,15 @@ const VersionHeader = "X-Longhaul-Weight-Version"
 // no generation is running.
 type WeightLoader interface {
 	Reload(ctx context.Context, path string) (version int64, err error)
+}
+
+// WeightPreparer is a WeightLoader that can do the slow part (reading and
+// checking the file) while generation goes on: Prepare runs outside the
+// server's lock and returns swap, which the server calls under its write
+// lock to put the prepared weights in place and which returns their
+// version.
+type WeightPreparer interface {
+	Prepare(ctx context.Context, path string) (swap func() int64, err error)
 }
 
 // Backend is what the server serves.
@@ -77,6 +88,10 @@ type Options struct {
 	Logger  *slog.Logger
 	// Now is the clock for "created" fields; nil means time.Now.
 	Now func() time.Time
+	// AllowPaths confines model_path of a reload to its directories
+	// (403 outside); nil allows any path (library use; the command always
+	// sets it).
+	AllowPaths *allowpath.Set
 }
 
 // Server is the HTTP handler. Create it with New.
@@ -338,12 +353,35 @@ func (s *Server) handleReload(w http.ResponseWriter, r *http.Request) {
 			"This server cannot reload weights.")
 		return
 	}
-	// The write lock waits for in-flight generations and holds new ones
-	// back, so the swap happens between requests.
-	s.mu.Lock()
-	v, err := s.be.Loader.Reload(r.Context(), req.ModelPath)
-	cur := s.version()
-	s.mu.Unlock()
+	if s.opts.AllowPaths != nil {
+		if _, err := s.opts.AllowPaths.Check(req.ModelPath); err != nil {
+			writeError(w, s.version(), http.StatusForbidden, "invalid_request_error", "model_path", "path_not_allowed", err.Error())
+			return
+		}
+	}
+	var v, cur int64
+	var err error
+	if p, ok := s.be.Loader.(WeightPreparer); ok {
+		// The file is read and checked while generation goes on; only the
+		// swap holds the write lock, so a slow or hostile file never
+		// blocks generation.
+		var swap func() int64
+		if swap, err = p.Prepare(r.Context(), req.ModelPath); err == nil {
+			s.mu.Lock()
+			v = swap()
+			cur = s.version()
+			s.mu.Unlock()
+		} else {
+			cur = s.version()
+		}
+	} else {
+		// The write lock waits for in-flight generations and holds new
+		// ones back, so the swap happens between requests.
+		s.mu.Lock()
+		v, err = s.be.Loader.Reload(r.Context(), req.ModelPath)
+		cur = s.version()
+		s.mu.Unlock()
+	}
 	if err != nil {
 		s.log.Warn("weight reload failed", "path", req.ModelPath, "err", err)
 		// SGLang answers a failed update with 400 and success=false.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/longhaul-rl/longhaul/internal/allowpath"
 	"github.com/longhaul-rl/longhaul/internal/runner"
 	"github.com/longhaul-rl/longhaul/server"
 )
@@ -22,6 +23,8 @@ const fakeModelName = "longhaul-fake"
 func newServeCmd() *cobra.Command {
 	var (
 		host, weights, apiKey string
+		allowPaths            []string
+		maxWeights            int64
 		port                  int
 		maxBody               int64
 		fake                  bool
@@ -55,12 +58,16 @@ before exposing it.`,
 				if err != nil {
 					return err
 				}
-				if be, err = runner.EmbeddedBackend(cmd.Context(), cfg, weights); err != nil {
+				if be, err = runner.EmbeddedBackendLimited(cmd.Context(), cfg, weights, maxWeights); err != nil {
 					return err
 				}
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			s, err := server.New(be, server.Options{APIKey: apiKey, MaxBodyBytes: maxBody, Logger: log})
+			allow, err := allowpath.New(allowPaths)
+			if err != nil {
+				return err
+			}
+			s, err := server.New(be, server.Options{APIKey: apiKey, MaxBodyBytes: maxBody, Logger: log, AllowPaths: &allow})
 			if err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
@@ -75,6 +82,8 @@ before exposing it.`,
 	f.Int64Var(&maxBody, "max-body-bytes", 1<<20, "largest request body accepted (413 beyond)")
 	f.StringVar(&cfgPath, "config", "", "config whose model section shapes the model served without --weights (default: the embedded example)")
 	f.StringVar(&modelDir, "model", "", "Hugging Face model directory (Llama/Qwen2/Qwen3) to serve by token ids (docs/hf-models.md)")
+	f.StringSliceVar(&allowPaths, "allow-path", nil, "directory weight reloads may read from (repeatable; default: the working directory)")
+	f.Int64Var(&maxWeights, "max-weights-bytes", runner.DefaultMaxWeightsBytes, "largest weights file a reload reads")
 	f.BoolVar(&fake, "fake-backend", false, "serve a deterministic fake generator (for tests only)")
 	_ = f.MarkHidden("fake-backend")
 	return cmd
@@ -86,7 +95,10 @@ func listenAndServe(ctx context.Context, log *slog.Logger, addr string, h http.H
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// ReadTimeout bounds reading a whole request, body included: a client
+	// that stalls mid-body cannot hold a connection (or the trainer's
+	// turn) forever.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	log.Info("listening", "url", "http://"+ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/longhaul-rl/longhaul/internal/allowpath"
 	"github.com/longhaul-rl/longhaul/internal/runner"
 	"github.com/longhaul-rl/longhaul/train/remote"
 )
@@ -16,6 +17,7 @@ import (
 func newServeTrainerCmd() *cobra.Command {
 	var (
 		host, apiKey, checkpoint, cfgPath string
+		allowPaths                        []string
 		port                              int
 		maxBody                           int64
 	)
@@ -35,7 +37,11 @@ func newServeTrainerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			h := remote.NewHandler(t, remote.HandlerOptions{APIKey: apiKey, MaxBodyBytes: maxBody, Logger: log})
+			allow, err := allowpath.New(allowPaths)
+			if err != nil {
+				return err
+			}
+			h := remote.NewHandler(t, remote.HandlerOptions{APIKey: apiKey, MaxBodyBytes: maxBody, Logger: log, AllowPaths: &allow})
 			if err := listenAndServe(cmd.Context(), log, net.JoinHostPort(host, strconv.Itoa(port)), h); err != nil {
 				return fmt.Errorf("serve-trainer: %w", err)
 			}
@@ -47,6 +53,7 @@ func newServeTrainerCmd() *cobra.Command {
 	f.IntVar(&port, "port", 8001, "port to bind (0 picks a free one)")
 	f.StringVar(&apiKey, "api-key", "", "require this bearer token (default $LONGHAUL_API_KEY)")
 	f.StringVar(&cfgPath, "config", "", "config whose model, optim, loss and warmstart sections the trainer uses (default: the embedded example)")
+	f.StringSliceVar(&allowPaths, "allow-path", nil, "directory checkpoints and weight exports may be written to or read from (repeatable; default: the working directory)")
 	f.StringVar(&checkpoint, "checkpoint", "", "checkpoint directory to resume from")
 	f.Int64Var(&maxBody, "max-body-bytes", 1<<30, "largest train_step payload accepted (413 beyond)")
 	return cmd

@@ -34,12 +34,14 @@ func newTrainCmd() *cobra.Command {
 		Short: "run GRPO (default: the built-in ledger task on the embedded model, examples/ledger.yaml)",
 		Long: `Train runs a GRPO run, or resumes the one in --run-dir.
 
-Without --config it runs the shipped default example (examples/ledger.yaml):
+Without --config a new run uses the shipped default example (examples/ledger.yaml):
 the embedded model learns the ledger task, whose episodes outgrow the
 context and need compaction. Arguments of the form key=value override
 config keys (e.g. grpo.num_generations_per_prompt=8). An existing run
 directory is resumed; its config must match unless --allow-config-change
-names the keys that may differ.`,
+names the keys that may differ. Resuming without --config uses the run's
+own config (the one whose digest the run log holds), with any key=value
+overrides; every allowed change is logged and shown by inspect.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, name, err := loadConfig(cfgPath, args)
 			if err != nil {
@@ -75,7 +77,8 @@ names the keys that may differ.`,
 				return err
 			}
 			opts := runner.Options{RunDir: runDir, Logger: log, AllowChange: allow, Crash: crash, WrapGenerator: trace,
-				Progress: disp.progress, WarmStartProgress: disp.warmStart, Live: tr.setLive}
+				Progress: disp.progress, WarmStartProgress: disp.warmStart, Live: tr.setLive,
+				FromRun: cfgPath == "", Overrides: args}
 			if metricsAddr != "" {
 				obs := promtrain.New(cfg.Run.MaxSteps)
 				bound, stop, err := promtrain.Serve(cmd.Context(), metricsAddr, obs.Handler())

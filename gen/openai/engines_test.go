@@ -155,7 +155,8 @@ func TestUpdateWeightsFailureFences(t *testing.T) {
 	for _, api := range []string{APIOpenAI, APIVLLM, APISGLang} {
 		t.Run(api, func(t *testing.T) {
 			ts, f := newLonghaul(t, nil, 0)
-			c := newClient(t, []string{ts.URL}, Options{API: api})
+			// A short outage limit: the fenced server is an outage to wait out.
+			c := newClient(t, []string{ts.URL}, Options{API: api, MaxOutage: 200 * time.Millisecond})
 			f.FailReload(io.ErrUnexpectedEOF)
 			if err := c.UpdateWeights(t.Context(), "/w", 1); err == nil {
 				t.Fatal("a failed reload reported success")

@@ -65,6 +65,11 @@ type Options struct {
 	// /collective_rpc (default "reload_weights"; see weights.go).
 	ReloadMethod string
 	Logger       *slog.Logger
+	// MaxOutage is how long a call waits, retrying with backoff, while no
+	// server can take it (all down, connection refused, 503) before it
+	// fails (default 600s: rollout_failure.max_outage_s). The wait spends
+	// no retry budget.
+	MaxOutage time.Duration
 }
 
 // Client is a gen.Generator over a set of servers. It is safe for
@@ -77,11 +82,16 @@ type Client struct {
 
 	mu   sync.Mutex // guards picking, so in-flight counts stay exact
 	next int        // rotates tie-breaks between equally loaded servers
+	// Version fencing (publish.go), under mu.
+	pubPath    string
+	pubVersion int64
+	lo, hi     int64
+	expectSet  bool
 
 	stop context.CancelFunc
 	done chan struct{}
 
-	upd  updater // weight updates (weights.go)
+	upd  sync.Mutex // serialises weight updates (Publish, UpdateWeights)
 	life context.Context
 }
 
@@ -151,6 +161,9 @@ func New(ctx context.Context, servers []string, opts Options) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.MaxOutage <= 0 {
+		opts.MaxOutage = 600 * time.Second
+	}
 	hc := opts.HTTPClient
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -200,7 +213,7 @@ func (c *Client) pick(skip map[*backend]bool) *backend {
 	n := len(c.backends)
 	for k := range n {
 		b := c.backends[(c.next+k)%n]
-		if skip[b] || b.fenced || (!b.up && now.Before(b.retryAt)) {
+		if skip[b] || b.fenced || (!b.up && now.Before(b.retryAt)) || !c.fresh(b) {
 			continue
 		}
 		down := !b.up
@@ -296,8 +309,13 @@ func (c *Client) probe(ctx context.Context, b *backend) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusOK {
+		// A server that came back (or changed version under us) is
+		// brought to the current weights before it gets a call.
+		if err := c.catchUp(ctx, b, reportedVersion(resp.Header)); err != nil {
+			c.markDown(b, err)
+			return
+		}
 		c.markUp(b)
-		c.catchUp(b)
 		return
 	}
 	c.markDown(b, fmt.Errorf("health: HTTP %d", resp.StatusCode))
@@ -425,13 +443,23 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 	}
 	tried := map[*backend]bool{}
 	var lastErr error
+	var outage time.Time
 	for {
 		b := c.pick(tried)
 		if b == nil {
-			if lastErr != nil {
-				return nil, lastErr
+			// No server can take the call: an outage is waited out (up
+			// to MaxOutage), not charged to the rollout.
+			if outage.IsZero() {
+				outage = time.Now()
 			}
-			return nil, &Error{Class: ClassInfra, Err: errors.New("no generation server is up")}
+			if c.waitForServer(ctx, outage) {
+				clear(tried)
+				continue
+			}
+			if lastErr == nil {
+				lastErr = &Error{Class: ClassInfra, Err: errors.New("no generation server is up to date and up")}
+			}
+			return nil, fmt.Errorf("no server for %v (rollout_failure.max_outage_s): %w", time.Since(outage).Round(time.Second), lastErr)
 		}
 		tried[b] = true
 		t0 := time.Now()
@@ -440,6 +468,14 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 			c.opts.OnCall(b.url, time.Since(t0), err)
 		}
 		c.release(b, answered)
+		var e0 *Error
+		if answered && errors.As(err, &e0) && (e0.Status == http.StatusServiceUnavailable || errors.Is(err, ErrVersion)) {
+			// Loading, overloaded or stale: not this call's fault; try
+			// another server or wait for one.
+			c.markDown(b, err)
+			lastErr = err
+			continue
+		}
 		if answered {
 			// An answer proves the server is up: do not wait for a probe.
 			c.markUp(b)
@@ -504,12 +540,8 @@ func (c *Client) post(ctx context.Context, b *backend, route string, body []byte
 			return nil, true, dataErr(b.url, resp.StatusCode, "bad %s header %q", versionHeader, h)
 		}
 	}
-	if version < 0 {
-		// vLLM names no version in its answers: the one UpdateWeights
-		// confirmed is the served one (calls are fenced off while it changes).
-		c.mu.Lock()
-		version = b.version
-		c.mu.Unlock()
+	if version, err = c.checkServed(b, version); err != nil {
+		return nil, true, err
 	}
 	for i := range res {
 		if res[i].Finish == "abort" {

@@ -286,13 +286,13 @@ func TestServerKilledAndBack(t *testing.T) {
 func TestAllDownIsInfra(t *testing.T) {
 	ts, _ := newLonghaul(t, nil, 1)
 	ts.Close()
-	c := newClient(t, []string{ts.URL}, Options{})
+	c := newClient(t, []string{ts.URL}, Options{MaxOutage: 300 * time.Millisecond})
 	_, err := c.Generate(t.Context(), []gen.Request{req(1)})
 	if ClassOf(err) != ClassInfra {
 		t.Fatalf("class %q: %v", ClassOf(err), err)
 	}
 	_, err = c.Generate(t.Context(), []gen.Request{req(1)})
-	if ClassOf(err) != ClassInfra || !strings.Contains(err.Error(), "no generation server") {
+	if ClassOf(err) != ClassInfra || !strings.Contains(err.Error(), "no server for") || !strings.Contains(err.Error(), "max_outage_s") {
 		t.Fatalf("second call: %v", err)
 	}
 }
@@ -359,7 +359,7 @@ func TestErrorClasses(t *testing.T) {
 		{"deadline", slow.URL, ClassInfra, 0, 50 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newClient(t, []string{tc.url}, Options{RequestTimeout: tc.timeout})
+			c := newClient(t, []string{tc.url}, Options{RequestTimeout: tc.timeout, MaxOutage: 200 * time.Millisecond})
 			_, err := c.Generate(t.Context(), []gen.Request{req(1)})
 			var e *Error
 			if !errors.As(err, &e) || e.Class != tc.class || ClassOf(err) != tc.class || e.Status != tc.status || e.Server != tc.url {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -42,9 +41,9 @@ import (
 // updated); UpdateWeights fails when a reachable server failed or none
 // took the update.
 func (c *Client) UpdateWeights(ctx context.Context, path string, v int64) error {
-	c.upd.mu.Lock()
-	defer c.upd.mu.Unlock()
-	c.upd.path, c.upd.version, c.upd.set = path, v, true
+	c.upd.Lock()
+	defer c.upd.Unlock()
+	c.published(path, v)
 	var errs []error
 	ok := 0
 	for _, b := range c.backends {
@@ -65,38 +64,6 @@ func (c *Client) UpdateWeights(ctx context.Context, path string, v int64) error 
 		return fmt.Errorf("openai: weight update to version %d: %w", v, err)
 	}
 	return nil
-}
-
-// updater serialises weight updates and remembers the last one, which a
-// fenced server that comes back up (health probe) is brought to before it
-// takes calls again: a server skipped while it was down would otherwise stay
-// fenced until the next update, and with one server that update never comes.
-type updater struct {
-	mu      sync.Mutex
-	set     bool
-	path    string
-	version int64
-}
-
-// catchUp runs the last update on b when b is fenced, in the background.
-func (c *Client) catchUp(b *backend) {
-	c.mu.Lock()
-	fenced := b.fenced
-	c.mu.Unlock()
-	if !fenced || !c.upd.mu.TryLock() {
-		return
-	}
-	if !c.upd.set {
-		c.upd.mu.Unlock()
-		return
-	}
-	path, v := c.upd.path, c.upd.version
-	go func() {
-		defer c.upd.mu.Unlock()
-		if err := c.updateOne(c.life, b, path, v); err != nil {
-			c.log.Warn("weight update of a returning server failed; it stays out of rotation", "server", b.url, "version", v, "err", err)
-		}
-	}()
 }
 
 // ServedVersions is the version each server was last confirmed to serve

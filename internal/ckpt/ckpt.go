@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+
+	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
 // ManifestName is the manifest file inside a checkpoint directory.
@@ -48,20 +50,26 @@ func DirName(step int64) string { return fmt.Sprintf("step-%08d", step) }
 // and the SHA-256 of the manifest bytes. On error the temporary directory is
 // removed and every older checkpoint is untouched.
 func Write(root string, m Manifest, fill func(dir string) error) (path string, digest [32]byte, err error) {
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	return WriteFS(storage.OS, root, m, fill)
+}
+
+// WriteFS is Write with its own writes (fsyncs, manifest, renames) going
+// through fs; the files fill writes are the trainer's.
+func WriteFS(fs storage.FS, root string, m Manifest, fill func(dir string) error) (path string, digest [32]byte, err error) {
+	if err := fs.MkdirAll(root, 0o755); err != nil {
 		return "", digest, fmt.Errorf("ckpt: %w", err)
 	}
 	final := filepath.Join(root, DirName(m.Step))
 	tmp := filepath.Join(root, ".tmp-"+DirName(m.Step))
-	if err := os.RemoveAll(tmp); err != nil {
+	if err := fs.RemoveAll(tmp); err != nil {
 		return "", digest, fmt.Errorf("ckpt: clearing %s: %w", tmp, err)
 	}
-	if err := os.Mkdir(tmp, 0o755); err != nil {
+	if err := fs.MkdirAll(tmp, 0o755); err != nil {
 		return "", digest, fmt.Errorf("ckpt: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			os.RemoveAll(tmp)
+			fs.RemoveAll(tmp)
 		}
 	}()
 	if err := fill(tmp); err != nil {
@@ -87,7 +95,7 @@ func Write(root string, m Manifest, fill func(dir string) error) (path string, d
 		path := filepath.Join(tmp, de.Name())
 		wg.Add(2)
 		go func() { defer wg.Done(); sums[i], errs[2*i] = hashFile(path) }()
-		go func() { defer wg.Done(); errs[2*i+1] = syncFile(path) }()
+		go func() { defer wg.Done(); errs[2*i+1] = storage.SyncFile(fs, path) }()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -100,21 +108,21 @@ func Write(root string, m Manifest, fill func(dir string) error) (path string, d
 	if err != nil {
 		return "", digest, fmt.Errorf("ckpt: %w", err)
 	}
-	if err := writeSynced(filepath.Join(tmp, ManifestName), mb); err != nil {
+	if err := storage.WriteFile(fs, filepath.Join(tmp, ManifestName), mb); err != nil {
 		return "", digest, fmt.Errorf("ckpt: writing manifest of step %d: %w", m.Step, err)
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := syncDir(fs, tmp); err != nil {
 		return "", digest, err
 	}
 	// A checkpoint of the same step may exist from before a resume; the new
 	// one replaces it (it holds the same state in deterministic mode).
-	if err := os.RemoveAll(final); err != nil {
+	if err := fs.RemoveAll(final); err != nil {
 		return "", digest, fmt.Errorf("ckpt: %w", err)
 	}
-	if err := os.Rename(tmp, final); err != nil {
+	if err := fs.Rename(tmp, final); err != nil {
 		return "", digest, fmt.Errorf("ckpt: publishing step %d: %w", m.Step, err)
 	}
-	if err := syncDir(root); err != nil {
+	if err := syncDir(fs, root); err != nil {
 		return "", digest, err
 	}
 	return final, sha256.Sum256(mb), nil
@@ -134,41 +142,8 @@ func hashFile(path string) (sum [32]byte, err error) {
 	return sum, nil
 }
 
-func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func writeSynced(path string, b []byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("ckpt: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+func syncDir(fs storage.FS, dir string) error {
+	if err := fs.SyncDir(dir); err != nil {
 		return fmt.Errorf("ckpt: fsync %s: %w", dir, err)
 	}
 	return nil

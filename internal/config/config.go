@@ -174,6 +174,7 @@ type RolloutFailure struct {
 	StallAction                  string  `yaml:"stall_action" enum:"warn|abort" doc:"what the stall watchdog does"`
 	CallTimeoutS                 float64 `yaml:"call_timeout_s" doc:"seconds one model call may take (an infra failure after)"`
 	RolloutTimeoutS              float64 `yaml:"rollout_timeout_s" doc:"seconds one rollout attempt may take"`
+	MaxOutageS                   float64 `yaml:"max_outage_s" digest:"-" doc:"seconds a generation call waits, with backoff, while no server can take it (all down, refused, 503) before it fails; the wait spends no retry budget"`
 }
 
 // Generator configures where tokens are sampled.
@@ -221,7 +222,7 @@ func Default() *Config {
 			BackoffBaseS: 0.5, BackoffCapS: 10, MaxSkippedPrompts: 16,
 			MaxConsecutiveDroppedPrompts: 4, MinStepBatchFraction: 0.5,
 			OnDroppedPrompt: "retry", MaxGroupRetries: 2, RetryDelaySteps: 1, StallTimeoutS: 300, StallAction: "warn",
-			CallTimeoutS: 60, RolloutTimeoutS: 600},
+			CallTimeoutS: 60, RolloutTimeoutS: 600, MaxOutageS: 600},
 		Generator: Generator{Kind: "embedded", URLs: []string{}, API: "openai"},
 		Trainer:   Trainer{Kind: "embedded"},
 		Tokenizer: defaultTokenizer(),

@@ -151,6 +151,7 @@ func (c *Config) Validate() error {
 	v.rangeF("rollout_failure.min_step_batch_fraction", f.MinStepBatchFraction, 0, 1, true)
 	v.minF("rollout_failure.stall_timeout_s", f.StallTimeoutS, 0)
 	v.positive("rollout_failure.call_timeout_s", f.CallTimeoutS)
+	v.positive("rollout_failure.max_outage_s", f.MaxOutageS)
 	if f.RolloutTimeoutS < f.CallTimeoutS {
 		v.failf("rollout_failure.rollout_timeout_s", "must be ≥ rollout_failure.call_timeout_s (%g), got %g", f.CallTimeoutS, f.RolloutTimeoutS)
 	}

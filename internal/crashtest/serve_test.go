@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -25,7 +26,7 @@ func freePort(t *testing.T) int {
 // serveProc starts a long-running longhaul subcommand and waits for /health.
 func serveProc(t *testing.T, bin string, port int, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, append(args, "--port", fmt.Sprint(port))...)
+	cmd := exec.Command(bin, append(args, "--port", fmt.Sprint(port), "--allow-path", os.TempDir())...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -63,6 +63,13 @@ type Options struct {
 	// WrapGenerator, when set, wraps the generator the controller calls
 	// (crash tests count its invocations).
 	WrapGenerator func(gen.Generator) gen.Generator
+	// FromRun says no config file was given: a resume uses the run's own
+	// config (the one the log's digest names) with Overrides applied, and
+	// cfg is used only for a new run.
+	FromRun   bool
+	Overrides []string
+	// OnConfig, when set, is told the config the run goes on with.
+	OnConfig func(*config.Config)
 	// Envs replaces the built-in environment registry.
 	Envs *env.Registry
 }
@@ -81,7 +88,14 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}
-	if err := checkConfig(cfg, dir, opts.AllowChange); err != nil {
+	// One writer per run: two processes appending to one log would
+	// interleave records and leave it unreadable.
+	lock, err := Lock(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, lock.Unlock()) }()
+	if err := config.CheckAllowed(opts.AllowChange); err != nil {
 		return err
 	}
 	// The config is stored only once the run can start, so a first attempt
@@ -93,12 +107,19 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	rl, err := runlog.Open(ctx, dir, lo)
 	if err != nil {
-		return err
+		return withRecoveryChoices(err, dir)
 	}
 	defer func() { err = errors.Join(err, rl.Close()) }()
 	if rec := rl.Recovery(); rec.Truncated {
 		log.Warn("run log tail was torn; cut back to the last whole record", "file", rec.Segment,
 			"bytes", rec.Bytes, "records", rec.Records, "detail", rec.Message)
+	}
+	cfg, changes, err := resumeConfig(rl, dir, cfg, opts)
+	if err != nil {
+		return err
+	}
+	if opts.OnConfig != nil {
+		opts.OnConfig(cfg)
 	}
 	reg := opts.Envs
 	if reg == nil {
@@ -156,7 +177,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := storeConfig(cfg, dir); err != nil {
+	if err := recordConfig(ctx, rl, dir, cfg, changes, log); err != nil {
 		return err
 	}
 	if opts.Observe != nil {
@@ -184,24 +205,6 @@ func PlotRun(dir string) error {
 		return nil
 	}
 	return metrics.Plot(steps, "longhaul: "+filepath.Base(dir), filepath.Join(dir, CurveFile))
-}
-
-// checkConfig compares cfg with the run directory's stored config (a
-// resume): keys not in allow must be equal.
-func checkConfig(cfg *config.Config, dir string, allow []string) error {
-	path := filepath.Join(dir, ConfigFile)
-	if b, err := os.ReadFile(path); err == nil {
-		old, err := config.Parse(path, b)
-		if err != nil {
-			return fmt.Errorf("runner: the run directory's config: %w", err)
-		}
-		if err := config.CheckChange(old, cfg, allow); err != nil {
-			return fmt.Errorf("runner: resuming %s: %w", dir, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("runner: %w", err)
-	}
-	return nil
 }
 
 // storeConfig writes cfg as the run directory's config.

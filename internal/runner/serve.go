@@ -68,6 +68,12 @@ func versionBeside(weights string) int64 {
 // ResolveWeights), or with none the model the config initialises. Requests
 // from concurrent HTTP clients share batches through a gen.Batcher.
 func EmbeddedBackend(ctx context.Context, cfg *config.Config, weights string) (server.Backend, error) {
+	return EmbeddedBackendLimited(ctx, cfg, weights, DefaultMaxWeightsBytes)
+}
+
+// EmbeddedBackendLimited is EmbeddedBackend whose reloads read weights
+// files of at most maxWeights bytes.
+func EmbeddedBackendLimited(ctx context.Context, cfg *config.Config, weights string, maxWeights int64) (server.Backend, error) {
 	var m *model.Model
 	version := int64(0)
 	var err error
@@ -86,7 +92,7 @@ func EmbeddedBackend(ctx context.Context, cfg *config.Config, weights string) (s
 	eg := gembedded.New(m, version)
 	return server.Backend{
 		Gen:         gen.NewBatcher(ctx, eg, 64, 2*time.Millisecond),
-		Loader:      &reloader{g: eg},
+		Loader:      newReloader(eg, maxWeights),
 		Model:       "longhaul",
 		Version:     func() int64 { _, v := eg.Model(); return v },
 		MaxModelLen: m.Config().Context,
@@ -94,29 +100,9 @@ func EmbeddedBackend(ctx context.Context, cfg *config.Config, weights string) (s
 }
 
 type reloader struct {
-	mu sync.Mutex
-	g  *gembedded.Generator
-}
-
-// Reload loads new weights; their version is the one recorded beside them
-// (a trainer checkpoint or export), else the served version plus one.
-func (r *reloader) Reload(_ context.Context, path string) (int64, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	file, v, err := ResolveWeights(path)
-	if err != nil {
-		return 0, err
-	}
-	m, err := model.Load(file)
-	if err != nil {
-		return 0, err
-	}
-	if v < 0 {
-		_, cur := r.g.Model()
-		v = cur + 1
-	}
-	r.g.SetWeights(m, v)
-	return v, nil
+	mu  sync.Mutex
+	g   *gembedded.Generator
+	max int64
 }
 
 // EmbeddedTrainer is the trainer `longhaul serve-trainer` serves: the

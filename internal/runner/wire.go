@@ -1,16 +1,12 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/env"
@@ -70,7 +66,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 	case "remote":
 		// The trainer process initialises (and warm-starts) its own model
 		// from the same config: `longhaul serve-trainer --config ...`.
-		p.tr = remote.New(cfg.Trainer.URL, remote.Options{})
+		p.tr = remote.New(cfg.Trainer.URL, remote.Options{MaxOutage: time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))})
 	default:
 		return nil, fmt.Errorf("runner: trainer.kind %q", cfg.Trainer.Kind)
 	}
@@ -124,7 +120,8 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 	case "openai":
 		oo := openai.Options{Model: cfg.Generator.Model,
 			APIKey: cfg.Generator.APIKey, Logger: log, API: cfg.Generator.API,
-			RequestTimeout: time.Duration(cfg.RolloutFailure.CallTimeoutS * float64(time.Second))}
+			RequestTimeout: time.Duration(cfg.RolloutFailure.CallTimeoutS * float64(time.Second)),
+			MaxOutage:      time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))}
 		if obs != nil {
 			oo.OnCall = obs.ObserveCall
 		}
@@ -153,55 +150,16 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			}
 			if cfg.Generator.API == openai.APIVLLM || cfg.Generator.API == openai.APISGLang {
 				// vLLM and SGLang load an HF directory: the export's.
-				return oc.UpdateWeights(ctx, filepath.Dir(abs), v)
+				abs = filepath.Dir(abs)
 			}
-			for _, u := range cfg.Generator.URLs {
-				if err := reloadServer(ctx, u, cfg.Generator.APIKey, abs, v); err != nil {
-					return err
-				}
-			}
-			return nil
+			// Every server is brought to v and confirms it; one that cannot
+			// be reached gets no calls until the client catches it up.
+			return oc.Publish(ctx, abs, v)
 		}
 	default:
 		return nil, fmt.Errorf("runner: generator.kind %q", cfg.Generator.Kind)
 	}
 	return p, nil
-}
-
-// reloadServer asks one server to load new weights (SGLang's
-// /update_weights_from_disk shape) and checks it now serves version v. A
-// server that is down is skipped with its error logged by the generator's
-// health probes; it loads the newest weights when it comes back.
-func reloadServer(ctx context.Context, base, apiKey, path string, v int64) error {
-	root := strings.TrimSuffix(strings.TrimSuffix(base, "/"), "/v1")
-	body, _ := json.Marshal(map[string]string{"model_path": path})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, root+"/update_weights_from_disk", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		slog.Default().Warn("weight reload: server unreachable; it loads the newest weights when it restarts", "server", base, "err", err)
-		return nil
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var out struct {
-		Success bool   `json:"success"`
-		Message string `json:"message"`
-		Version *int64 `json:"version"`
-	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil || !out.Success {
-		return fmt.Errorf("runner: %s: weight reload: HTTP %d: %s", base, resp.StatusCode, strings.TrimSpace(string(raw)))
-	}
-	if out.Version != nil && *out.Version != v {
-		return fmt.Errorf("runner: %s: reloaded weights report version %d, want %d", base, *out.Version, v)
-	}
-	return nil
 }
 
 func writeAtomic(path string, b []byte) error {

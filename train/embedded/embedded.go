@@ -56,6 +56,10 @@ func (t *Trainer) TrainStep(ctx context.Context, b train.Batch) (train.StepStats
 	default:
 		return train.StepStats{}, fmt.Errorf("embedded trainer: unknown loss %q", b.Loss)
 	}
+	mc := t.t.Model().Config()
+	if err := train.ValidateForModel(b, mc.Vocab, mc.Context); err != nil {
+		return train.StepStats{}, fmt.Errorf("embedded trainer: %w", err)
+	}
 	seqs := make([]model.Sequence, len(b.Rows))
 	for i, r := range b.Rows {
 		seqs[i] = model.Sequence{Tokens: r.Tokens, Mask: r.Mask, Advantages: r.Advantages, OldLogprobs: r.OldLogprobs}

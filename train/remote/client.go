@@ -72,11 +72,15 @@ type Options struct {
 	// StepTimeout bounds one train_step (default 30m); Timeout bounds the
 	// other calls (default 10m: checkpoints of big models are slow).
 	StepTimeout, Timeout time.Duration
+	// MaxOutage bounds how long a call waits for an unreachable trainer,
+	// retrying with backoff from MinBackoff doubling to MaxBackoff
+	// (defaults 600s, 250ms, 10s). See retry.go.
+	MaxOutage, MinBackoff, MaxBackoff time.Duration
 }
 
-// Client drives a trainer over the protocol. It never retries on its own:
-// whether a failed step happened is the caller's question, answered by
-// State or by the step fence (see TrainStep).
+// Client drives a trainer over the protocol. It retries a trainer that is
+// unreachable (retry.go), but never into a trainer that came back at
+// another step: that is a *RestartedError for the caller.
 type Client struct {
 	url  string
 	hc   *http.Client
@@ -95,6 +99,15 @@ func New(url string, opts Options) *Client {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Minute
+	}
+	if opts.MaxOutage <= 0 {
+		opts.MaxOutage = 600 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 250 * time.Millisecond
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(10*time.Second, opts.MinBackoff)
 	}
 	hc := opts.HTTPClient
 	if hc == nil {
@@ -122,7 +135,11 @@ func (c *Client) TrainStep(ctx context.Context, b train.Batch) (train.StepStats,
 		return train.StepStats{}, &Error{Class: ClassData, Server: c.url, Err: fmt.Errorf("encode batch: %w", err)}
 	}
 	var ws wireStats
-	if err := c.do(ctx, c.opts.StepTimeout, http.MethodPost, "/v1/train_step", "application/octet-stream", payload, &ws); err != nil {
+	// Retried only when the step is fenced (expect_step), so a resend
+	// can never be applied twice.
+	if err := c.retry(ctx, "train_step", expect >= 0, func() error {
+		return c.do(ctx, c.opts.StepTimeout, http.MethodPost, "/v1/train_step", "application/octet-stream", payload, &ws)
+	}); err != nil {
 		return train.StepStats{}, err
 	}
 	c.setKnown(ws.Step)
@@ -132,7 +149,9 @@ func (c *Client) TrainStep(ctx context.Context, b train.Batch) (train.StepStats,
 // State asks the trainer where it stands.
 func (c *Client) State(ctx context.Context) (train.State, error) {
 	var s wireState
-	if err := c.do(ctx, c.opts.Timeout, http.MethodGet, "/v1/state", "", nil, &s); err != nil {
+	if err := c.retry(ctx, "state", false, func() error {
+		return c.do(ctx, c.opts.Timeout, http.MethodGet, "/v1/state", "", nil, &s)
+	}); err != nil {
 		return train.State{}, err
 	}
 	c.setKnown(s.Step)
@@ -161,7 +180,12 @@ func (c *Client) pathCall(ctx context.Context, route, field, val string) error {
 	var ok struct {
 		OK bool `json:"ok"`
 	}
-	if err := c.do(ctx, c.opts.Timeout, http.MethodPost, route, "application/json", body, &ok); err != nil {
+	// A checkpoint or export from a trainer that restarted meanwhile
+	// would hold the wrong state: the fence refuses it (not for
+	// load_checkpoint, whose point is to set the state).
+	if err := c.retry(ctx, route, route != "/v1/load_checkpoint", func() error {
+		return c.do(ctx, c.opts.Timeout, http.MethodPost, route, "application/json", body, &ok)
+	}); err != nil {
 		return err
 	}
 	if !ok.OK {

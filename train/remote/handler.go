@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"github.com/longhaul-rl/longhaul/train"
+
+	"github.com/longhaul-rl/longhaul/internal/allowpath"
 )
 
 // ErrInvalid marks a trainer error caused by its input (a bad batch, a
@@ -31,6 +33,10 @@ type HandlerOptions struct {
 	// MaxBodyBytes bounds a train_step payload (default 1 GiB).
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+	// AllowPaths confines the paths of save_checkpoint, load_checkpoint
+	// and export_weights to its directories (422 outside); nil allows any
+	// (library use; the command always sets it).
+	AllowPaths *allowpath.Set
 }
 
 // Handler serves t with default options.
@@ -48,9 +54,9 @@ func NewHandler(t train.Trainer, opts HandlerOptions) http.Handler {
 	h := &handler{t: t, opts: opts, turn: make(chan struct{}, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/train_step", h.trainStep)
-	mux.HandleFunc("POST /v1/save_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.SaveCheckpoint(ctx, a) }, "dir"))
-	mux.HandleFunc("POST /v1/load_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.LoadCheckpoint(ctx, a) }, "dir"))
-	mux.HandleFunc("POST /v1/export_weights", h.dirCall(func(ctx context.Context, a string) error { return t.ExportWeights(ctx, a) }, "path"))
+	mux.HandleFunc("POST /v1/save_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.SaveCheckpoint(ctx, a) }, "dir", h.emptyDir))
+	mux.HandleFunc("POST /v1/load_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.LoadCheckpoint(ctx, a) }, "dir", h.allowed))
+	mux.HandleFunc("POST /v1/export_weights", h.dirCall(func(ctx context.Context, a string) error { return t.ExportWeights(ctx, a) }, "path", h.weightsTarget))
 	mux.HandleFunc("GET /v1/state", h.state)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -103,7 +109,7 @@ func (h *handler) fail(w http.ResponseWriter, op string, err error) {
 	switch {
 	case errors.As(err, &tooBig):
 		writeErr(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, ErrInvalid), errors.Is(err, train.ErrInvalidBatch):
 		writeErr(w, http.StatusUnprocessableEntity, "invalid", fmt.Sprintf("%s: %v", op, err))
 	default:
 		h.opts.Logger.Error("trainer call failed", "op", op, "err", err)
@@ -118,6 +124,9 @@ func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b, expect, err := decodeBatch(body)
+	if err == nil {
+		err = train.ValidateBatch(b)
+	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, "bad_batch", err.Error())
 		return
@@ -150,7 +159,7 @@ func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toWire(st))
 }
 
-func (h *handler) dirCall(call func(context.Context, string) error, field string) http.HandlerFunc {
+func (h *handler) dirCall(call func(context.Context, string) error, field string, check func(string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req map[string]string
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -164,6 +173,10 @@ func (h *handler) dirCall(call func(context.Context, string) error, field string
 		}
 		if req[field] == "" {
 			writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%q is required", field))
+			return
+		}
+		if err := check(req[field]); err != nil {
+			writeErr(w, http.StatusUnprocessableEntity, "invalid_target", fmt.Sprintf("%s: %v", field, err))
 			return
 		}
 		if err := h.acquire(r.Context()); err != nil {

@@ -225,7 +225,7 @@ func TestErrorMapping(t *testing.T) {
 	close(f.block)
 	dead := httptest.NewServer(Handler(f))
 	dead.Close()
-	_, err = New(dead.URL, Options{}).State(ctx)
+	_, err = New(dead.URL, Options{MaxOutage: 100 * time.Millisecond, MinBackoff: 10 * time.Millisecond}).State(ctx)
 	check("dead", err, ClassInfra, 0)
 
 	// Answers that break the contract are data; 429/503 are infra.
@@ -238,7 +238,7 @@ func TestErrorMapping(t *testing.T) {
 			w.WriteHeader(tc.status)
 			_, _ = w.Write([]byte(tc.body))
 		}))
-		_, err := New(srv.URL, Options{}).State(ctx)
+		_, err := New(srv.URL, Options{MaxOutage: 100 * time.Millisecond, MinBackoff: 10 * time.Millisecond}).State(ctx)
 		check(fmt.Sprintf("%d %s", tc.status, tc.body), err, tc.class, tc.status)
 		srv.Close()
 	}

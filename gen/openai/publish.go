@@ -1,0 +1,204 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Version fencing. The client tracks, per server, the weight version it
+// serves: what the server reports (X-Longhaul-Weight-Version, or
+// weight_version in a response) or, for a server that reports none (vLLM),
+// the version the client last published to it and saw confirmed. A server
+// whose version is unknown or differs from the last published one is
+// stale: it gets no calls until the client has published the current
+// weights to it again, which the prober does as soon as it answers /health.
+// This is how a restarted server (serving its initial weights as version
+// 0) is caught before it serves a call.
+
+// ErrVersion marks a call answered by weights of a version the caller did
+// not expect (see Expect). It is an infra failure of that server: the
+// server is marked stale and re-published before it serves again.
+var ErrVersion = errors.New("served weight version not the expected one")
+
+// PublishError lists the servers a Publish could not bring to the version.
+type PublishError struct {
+	Version int64
+	Failed  map[string]error // server URL -> why
+}
+
+func (e *PublishError) Error() string {
+	parts := make([]string, 0, len(e.Failed))
+	for u, err := range e.Failed {
+		parts = append(parts, u+": "+err.Error())
+	}
+	return fmt.Sprintf("openai: publishing version %d failed on %d server(s): %s", e.Version, len(e.Failed), strings.Join(parts, "; "))
+}
+
+// Publish makes every server load the weights at path (SGLang's
+// /update_weights_from_disk) as version v and confirms it. A server that
+// cannot be reached or refuses is marked stale: it gets no calls until the
+// prober re-publishes to it. Publish fails (a *PublishError) when no
+// server confirmed v, so a run never goes on believing weights were
+// published that no server serves; when some did, the failed ones are
+// logged and caught up when they answer again. Publish is also the
+// version every later call is checked against (see Expect for a range).
+func (c *Client) Publish(ctx context.Context, path string, v int64) error {
+	c.upd.Lock()
+	defer c.upd.Unlock()
+	c.published(path, v)
+	failed := map[string]error{}
+	for _, b := range c.backends {
+		if err := c.reload(ctx, b, path, v); err != nil {
+			failed[b.url] = err
+		}
+	}
+	if len(failed) == len(c.backends) {
+		return &PublishError{Version: v, Failed: failed}
+	}
+	for u, err := range failed {
+		c.log.Warn("weights not published to a server; it gets no calls until it is caught up", "server", u, "version", v, "err", err)
+	}
+	return nil
+}
+
+// published records v (at path) as the version calls are checked against
+// and stale servers are caught up to.
+func (c *Client) published(path string, v int64) {
+	c.mu.Lock()
+	if !c.expectSet {
+		// Without Expect, calls in flight across this publish may still
+		// be answered by the previous version (throughput mode's lag);
+		// anything older, such as a restarted server's initial weights,
+		// is refused.
+		c.lo, c.hi = v, v
+		if c.pubPath != "" && c.pubVersion < v {
+			c.lo = c.pubVersion
+		}
+	}
+	c.pubPath, c.pubVersion = path, v
+	c.mu.Unlock()
+}
+
+// Expect sets the versions a call may be answered by: [lo, hi]. Without
+// it, calls must come from the last published version or the one before
+// (calls in flight across a publish). Deterministic mode should expect
+// exactly the schedule's version; throughput mode its lag window.
+func (c *Client) Expect(lo, hi int64) {
+	c.mu.Lock()
+	c.lo, c.hi, c.expectSet = lo, hi, true
+	c.mu.Unlock()
+}
+
+// ServedVersion returns the version a server is known to serve (-1 when
+// unknown), for tests and status.
+func (c *Client) ServedVersion(url string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.backends {
+		if b.url == strings.TrimSuffix(strings.TrimSuffix(url, "/"), "/v1") {
+			return b.version
+		}
+	}
+	return -1
+}
+
+// fresh reports whether b may get calls (under c.mu): nothing published
+// yet, or b confirmed the last published version.
+func (c *Client) fresh(b *backend) bool {
+	return c.pubPath == "" || b.version == c.pubVersion
+}
+
+// checkServed fences one answered call (version -1: the server reported
+// none, so the tracked version stands in).
+func (c *Client) checkServed(b *backend, served int64) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opts.API == APIVLLM && c.pubPath != "" {
+		// vLLM names no version; what a stand-in reports is not vLLM's
+		// label either: once weights were published, the version the last
+		// update confirmed stands.
+		served = -1
+	}
+	if served < 0 {
+		served = b.version
+	} else if served != b.version && c.pubPath != "" {
+		// The server changed under us (a restart): stale until caught up.
+		b.version = served
+	}
+	if c.pubPath == "" && !c.expectSet {
+		return served, nil
+	}
+	if served < c.lo || served > c.hi {
+		b.version = -1 // re-publish before it serves again
+		return served, &Error{Class: ClassInfra, Server: b.url,
+			Err: fmt.Errorf("%w: served version %d, expected %d..%d", ErrVersion, served, c.lo, c.hi)}
+	}
+	return served, nil
+}
+
+// catchUp re-publishes the current weights to b if it is stale; the
+// prober calls it before marking b up.
+func (c *Client) catchUp(ctx context.Context, b *backend, reported int64) error {
+	if c.opts.API == APIVLLM {
+		reported = -1 // as in checkServed
+	}
+	c.mu.Lock()
+	if reported >= 0 && reported != b.version {
+		b.version = reported
+	}
+	path, v, need := c.pubPath, c.pubVersion, c.pubPath != "" && b.version != c.pubVersion
+	c.mu.Unlock()
+	if !need {
+		return nil
+	}
+	c.log.Info("re-publishing weights to a server that came back", "server", b.url, "version", v)
+	return c.reload(ctx, b, path, v)
+}
+
+// reload brings b to the weights at path as version v through the engine's
+// own update sequence (updateOne: fence, drain, update, confirm); on
+// failure b is stale and gets no calls until it is caught up.
+func (c *Client) reload(ctx context.Context, b *backend, path string, v int64) error {
+	if err := c.updateOne(ctx, b, path, v); err != nil {
+		c.mu.Lock()
+		b.version = -1
+		c.mu.Unlock()
+		if ClassOf(err) == ClassInfra && isUnreachable(err) {
+			c.markDown(b, err)
+		}
+		return fmt.Errorf("weight reload: %w", err)
+	}
+	return nil
+}
+
+// reportedVersion reads the version header of a response (-1: none).
+func reportedVersion(h http.Header) int64 {
+	if s := h.Get(versionHeader); s != "" {
+		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return v
+		}
+	}
+	return -1
+}
+
+// waitForServer sleeps before the next round of tries while no server can
+// take a call, up to MaxOutage since the outage began; false when the
+// outage has lasted too long or ctx ended.
+func (c *Client) waitForServer(ctx context.Context, since time.Time) bool {
+	if time.Since(since) > c.opts.MaxOutage {
+		return false
+	}
+	t := time.NewTimer(c.opts.MinBackoff)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

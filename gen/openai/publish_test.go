@@ -1,0 +1,94 @@
+package openai
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/longhaul-rl/longhaul/gen"
+	"github.com/longhaul-rl/longhaul/server"
+)
+
+// TestRestartedServerRepublished: a server restarted with its initial
+// weights (a lower version) gets no call until the client has published
+// the current version to it again; every call is answered by the
+// published version.
+func TestRestartedServerRepublished(t *testing.T) {
+	fa, fb := server.NewFake(1), server.NewFake(1)
+	sa, _ := server.New(fa.Backend("tinylm"), server.Options{})
+	sb, _ := server.New(fb.Backend("tinylm"), server.Options{})
+	a, b := &killable{h: sa}, &killable{h: sb}
+	a.start(t)
+	b.start(t)
+	t.Cleanup(func() { a.kill() })
+	t.Cleanup(b.kill)
+	c := newClient(t, []string{"http://" + a.addr, "http://" + b.addr}, Options{})
+	if err := c.Publish(t.Context(), "/weights", 2); err != nil {
+		t.Fatal(err)
+	}
+	run := func() {
+		t.Helper()
+		reqs := make([]gen.Request, 16)
+		for i := range reqs {
+			reqs[i] = req(uint64(i))
+		}
+		res, err := c.Generate(t.Context(), reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Version != 2 {
+				t.Fatalf("call %d answered by version %d, want 2", i, r.Version)
+			}
+		}
+	}
+	run()
+	// Restart a quickly, as `longhaul serve` without --weights comes back:
+	// a fresh process serving its initial weights.
+	a.kill()
+	fa2 := server.NewFake(1)
+	sa2, _ := server.New(fa2.Backend("tinylm"), server.Options{})
+	a.h = sa2
+	a.start(t)
+	for range 20 {
+		run()
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitFor(t, func() bool { return fa2.Version() == 2 })
+	run()
+	if c.ServedVersion("http://"+a.addr) != 2 {
+		t.Fatalf("client tracks version %d for the restarted server", c.ServedVersion("http://"+a.addr))
+	}
+}
+
+// TestPublishUnreachableIsError: publishing when no server can be reached
+// is an error naming the servers, not nil.
+func TestPublishUnreachableIsError(t *testing.T) {
+	ts, _ := newLonghaul(t, nil, 1)
+	ts.Close()
+	c := newClient(t, []string{ts.URL}, Options{MaxOutage: 100 * time.Millisecond})
+	err := c.Publish(t.Context(), "/weights", 2)
+	var pe *PublishError
+	if !errors.As(err, &pe) || pe.Failed[ts.URL] == nil {
+		t.Fatalf("publish to a dead server: %v", err)
+	}
+}
+
+// TestExpectFencesCalls: a call answered by a version outside the expected
+// range is refused as an infra failure (ErrVersion), never returned.
+func TestExpectFencesCalls(t *testing.T) {
+	ts, _ := newLonghaul(t, nil, 4)
+	c := newClient(t, []string{ts.URL}, Options{MaxOutage: 200 * time.Millisecond})
+	if _, err := c.Generate(t.Context(), []gen.Request{req(1)}); err != nil {
+		t.Fatal(err)
+	}
+	c.Expect(5, 5)
+	_, err := c.Generate(t.Context(), []gen.Request{req(1)})
+	if !errors.Is(err, ErrVersion) || ClassOf(err) != ClassInfra {
+		t.Fatalf("call served by version 4 when 5 is expected: %v", err)
+	}
+	c.Expect(3, 4)
+	if _, err := c.Generate(t.Context(), []gen.Request{req(1)}); err != nil {
+		t.Fatalf("within the window: %v", err)
+	}
+}

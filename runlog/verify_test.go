@@ -1,0 +1,100 @@
+package runlog
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// snapLog builds a log with a snapshot in the middle; it returns the
+// records' offsets and the snapshot's.
+func snapLog(t *testing.T, dir string) ([]Offset, Offset) {
+	t.Helper()
+	l := openLog(t, dir, Options{})
+	s := NewState()
+	evs := genRun(s, randChooser{rand.New(rand.NewPCG(5, 6))}, 60, t.Fatalf)
+	var offs []Offset
+	var snap Offset
+	for i, ev := range evs {
+		offs = append(offs, mustAppend(t, l, ev))
+		if i == 40 {
+			info, err := l.Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap = info.Offset
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return offs, snap
+}
+
+// TestDamageBeforeSnapshot: replay starts at the snapshot, but Open still
+// verifies the records before it that were never verified, and names the
+// damaged record's file and offset.
+func TestDamageBeforeSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	offs, snap := snapLog(t, dir)
+	if snap == 0 || offs[10] >= snap {
+		t.Fatalf("snapshot at %d does not follow record 10 at %d", snap, offs[10])
+	}
+	segs, _ := listSegments(filepath.Join(dir, logSubdir))
+	path := filepath.Join(dir, logSubdir, segName(segs[0]))
+	b, _ := os.ReadFile(path)
+	pos := int(uint64(offs[10])-segs[0]) + frameHeaderSize + 1
+	b[pos] ^= 0x10
+	os.WriteFile(path, b, 0o644)
+	_, err := Open(context.Background(), dir, Options{})
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.Path != path || ce.Offset != offs[10] {
+		t.Fatalf("Open with a damaged record before the snapshot: %v; want %s at offset %d", err, path, offs[10])
+	}
+	t.Log(err)
+}
+
+// TestShortLogIsDamage: a log cut below what it is known to have reached
+// (the verified watermark, a snapshot) is an error, not a torn tail; also
+// a log truncated to 0 bytes.
+func TestShortLogIsDamage(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		keepMark  bool
+		keepSnaps bool
+		size      func(offs []Offset, snap Offset, base uint64) int64
+	}{
+		{"zero bytes, watermark", true, false, func([]Offset, Offset, uint64) int64 { return 0 }},
+		{"zero bytes, snapshot only", false, true, func([]Offset, Offset, uint64) int64 { return 0 }},
+		{"cut inside acknowledged records", true, false, func(o []Offset, _ Offset, base uint64) int64 { return int64(uint64(o[50])-base) + 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			offs, snap := snapLog(t, dir)
+			openLog(t, dir, Options{}).Close() // verifies to the end
+			logDir := filepath.Join(dir, logSubdir)
+			if !tc.keepMark {
+				os.Remove(filepath.Join(logDir, watermarkFile))
+			}
+			if !tc.keepSnaps {
+				os.RemoveAll(filepath.Join(logDir, snapSubdir))
+			}
+			segs, _ := listSegments(logDir)
+			if err := os.Truncate(filepath.Join(logDir, segName(segs[0])), tc.size(offs, snap, segs[0])); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range segs[1:] {
+				os.Remove(filepath.Join(logDir, segName(s)))
+			}
+			_, err := Open(context.Background(), dir, Options{})
+			var se *ShortLogError
+			if !errors.As(err, &se) || !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Open of a short log: %v, want a ShortLogError", err)
+			}
+			t.Log(err)
+		})
+	}
+}

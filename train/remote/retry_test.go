@@ -1,0 +1,81 @@
+package remote
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/longhaul-rl/longhaul/train"
+)
+
+// flaky answers 503 while down is set, else serves h.
+func flaky(h http.Handler, down *atomic.Bool) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "restarting", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// TestTrainerOutageRetried: a trainer away for a while (503, as a
+// restarting one answers) is waited for and the step goes through once.
+func TestTrainerOutageRetried(t *testing.T) {
+	f := &fakeTrainer{}
+	var down atomic.Bool
+	ts := flaky(Handler(f), &down)
+	defer ts.Close()
+	c := New(ts.URL, Options{MinBackoff: 10 * time.Millisecond, MaxOutage: 5 * time.Second})
+	if _, err := c.State(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	time.AfterFunc(150*time.Millisecond, func() { down.Store(false) })
+	st, err := c.TrainStep(t.Context(), train.Batch{Loss: train.LossPG, Rows: testBatch().Rows[1:2]})
+	if err != nil {
+		t.Fatalf("step across a 150 ms outage: %v", err)
+	}
+	if st.Step != 1 || len(f.batches) != 1 {
+		t.Fatalf("step %d, %d batches applied; want 1 and 1", st.Step, len(f.batches))
+	}
+}
+
+// TestTrainerRestartedIsTyped: a trainer that comes back at another step is
+// not retried into; the caller gets a *RestartedError naming both steps.
+func TestTrainerRestartedIsTyped(t *testing.T) {
+	f := &fakeTrainer{st: train.State{Step: 5, Version: 5}}
+	var down atomic.Bool
+	ts := flaky(Handler(f), &down)
+	defer ts.Close()
+	c := New(ts.URL, Options{MinBackoff: 10 * time.Millisecond, MaxOutage: 5 * time.Second})
+	if _, err := c.State(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	time.AfterFunc(100*time.Millisecond, func() {
+		f.mu.Lock()
+		f.st = train.State{} // restarted from its seed
+		f.mu.Unlock()
+		down.Store(false)
+	})
+	_, err := c.TrainStep(t.Context(), train.Batch{Loss: train.LossPG, Rows: testBatch().Rows[1:2]})
+	var re *RestartedError
+	if !errors.As(err, &re) || !errors.Is(err, ErrTrainerRestarted) || re.Want != 5 || re.Got != 0 {
+		t.Fatalf("step to a restarted trainer: %v", err)
+	}
+	if len(f.batches) != 0 {
+		t.Fatalf("%d batches applied to the restarted trainer", len(f.batches))
+	}
+	// A checkpoint save is fenced the same way.
+	down.Store(true)
+	time.AfterFunc(50*time.Millisecond, func() { down.Store(false) })
+	c2 := New(ts.URL, Options{MinBackoff: 10 * time.Millisecond})
+	c2.setKnown(5)
+	if err := c2.SaveCheckpoint(t.Context(), "/ck"); !errors.As(err, &re) {
+		t.Fatalf("save to a restarted trainer: %v", err)
+	}
+}

@@ -1,0 +1,69 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Target rules: a trainer writes only where its operator allowed
+// (--allow-path), never over something it did not write itself.
+
+func (h *handler) allowed(p string) error {
+	if h.opts.AllowPaths == nil {
+		return nil
+	}
+	_, err := h.opts.AllowPaths.Check(p)
+	return err
+}
+
+// emptyDir admits a checkpoint target: allowed, and absent or an empty
+// directory (the checkpoint writer hands over a fresh one).
+func (h *handler) emptyDir(p string) error {
+	if err := h.allowed(p); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory", p)
+	}
+	d, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if _, err := d.Readdirnames(1); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s is not empty", p)
+	}
+	return nil
+}
+
+// weightsTarget admits an export target: allowed, named *.safetensors,
+// and absent or a regular file (an earlier export it replaces).
+func (h *handler) weightsTarget(p string) error {
+	if err := h.allowed(p); err != nil {
+		return err
+	}
+	if !strings.HasSuffix(p, ".safetensors") {
+		return fmt.Errorf("%s: an export target must be named *.safetensors", p)
+	}
+	fi, err := os.Lstat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s exists and is not a regular file (%s)", p, fi.Mode().Type())
+	}
+	return nil
+}
