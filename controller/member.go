@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -84,7 +85,7 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 			// rollout.Run records nothing when its context ends, so the
 			// failure is recorded here, as infra.
 			err = rollout.Infra("rollout", fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err))
-			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: runlog.ClassInfra, Reason: err.Error()}); aerr != nil {
+			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: failclass.Infra, Reason: err.Error()}); aerr != nil {
 				return aerr
 			}
 		}
