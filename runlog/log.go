@@ -84,7 +84,8 @@ type Log struct {
 	// Owned by the syncer goroutine.
 	segF, packF *os.File
 
-	free       chan []byte   // written units' buffers, back to the stager
+	freeSeg    chan []byte // written units' buffers, back to the stager
+	freePack   chan []byte
 	readyc     chan struct{} // the syncer is idle
 	unitc      chan *unit
 	stagerDone chan struct{}
@@ -146,7 +147,8 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 		done:       make(chan struct{}),
 		readyc:     make(chan struct{}),
 		unitc:      make(chan *unit, 1),
-		free:       make(chan []byte, 4),
+		freeSeg:    make(chan []byte, 2),
+		freePack:   make(chan []byte, 2),
 		stagerDone: make(chan struct{}),
 		cur:        &unit{seq: 1},
 	}
@@ -467,15 +469,15 @@ func (l *Log) handOff() {
 	}
 	l.inflight = append(keep, u)
 	l.seq++
-	l.cur = &unit{seq: l.seq + 1, seg: l.buffer()}
-	l.pack.buf = l.buffer()
+	l.cur = &unit{seq: l.seq + 1, seg: l.buffer(l.freeSeg)}
+	l.pack.buf = l.buffer(l.freePack)
 	l.unitc <- u
 }
 
 // buffer returns a written unit's buffer for reuse, or nil (the stager).
-func (l *Log) buffer() []byte {
+func (l *Log) buffer(free chan []byte) []byte {
 	select {
-	case b := <-l.free:
+	case b := <-free:
 		return b
 	default:
 		return nil
@@ -485,15 +487,17 @@ func (l *Log) buffer() []byte {
 // recycle hands a written unit's buffers back to the stager (the syncer):
 // once written, nothing reads them.
 func (l *Log) recycle(u *unit) {
-	for _, b := range [][]byte{u.seg, u.pack} {
+	give := func(free chan []byte, b []byte) {
 		if cap(b) == 0 || cap(b) > maxRecycled {
-			continue
+			return
 		}
 		select {
-		case l.free <- b[:0]:
+		case free <- b[:0]:
 		default:
 		}
 	}
+	give(l.freeSeg, u.seg)
+	give(l.freePack, u.pack)
 	u.seg, u.pack = nil, nil
 }
 
