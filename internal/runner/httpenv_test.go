@@ -78,7 +78,10 @@ func TestMisbehavingHTTPEnvironment(t *testing.T) {
 			cfg := tiny(t, "env.kind=http", "env.url="+misbehaving(t, tc.mode), "env.timeout_s=0.3",
 				"rollout_failure.max_infra_attempts=3", "rollout_failure.max_data_attempts=2",
 				"rollout_failure.backoff_base_s=0.01", "rollout_failure.backoff_cap_s=0.02",
-				"rollout_failure.max_skipped_prompts=0", "rollout_failure.max_consecutive_dropped_prompts=0")
+				"rollout_failure.max_skipped_prompts=0", "rollout_failure.max_consecutive_dropped_prompts=0",
+				// shrink: the group is dropped at once (retry, the default,
+				// would requeue it and this test is about the drop).
+				"rollout_failure.on_dropped_prompt=shrink")
 			err := Train(context.Background(), cfg, Options{RunDir: dir})
 			if !errors.Is(err, controller.ErrTooManyDropped) {
 				t.Fatalf("err = %v, want the drop cap", err)
