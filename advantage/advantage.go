@@ -42,9 +42,9 @@ const DefaultEps = 1e-6
 
 // Config selects the estimator and credit rule.
 type Config struct {
-	Estimator string  `json:"estimator" yaml:"estimator"` // default grpo
-	Credit    string  `json:"credit" yaml:"credit"`       // default broadcast
-	Eps       float64 `json:"eps" yaml:"eps"`             // GRPO std floor; default DefaultEps
+	Estimator string  `json:"estimator"` // default grpo
+	Credit    string  `json:"credit"`    // default broadcast
+	Eps       float64 `json:"eps"`       // GRPO std floor; default DefaultEps
 }
 
 // ErrConfig wraps configuration errors.

@@ -98,18 +98,18 @@ var ErrConfig = errors.New("compaction: bad config")
 
 // Config selects a policy and its trigger (config section `compaction`).
 type Config struct {
-	Policy    string `json:"policy" yaml:"policy"`         // none (or empty), recency, elide_tool_output, summarize
-	KeepTurns int    `json:"keep_turns" yaml:"keep_turns"` // recency/elide: turns kept verbatim
+	Policy    string `json:"policy"`     // none (or empty), recency, elide_tool_output, summarize
+	KeepTurns int    `json:"keep_turns"` // recency/elide: turns kept verbatim
 	// Threshold triggers a compaction before a call whose prompt has at
 	// least this many tokens; 0 never triggers.
-	Threshold int `json:"threshold" yaml:"threshold"`
+	Threshold int `json:"threshold"`
 	// ThresholdMin/Max, when Max > 0, replace Threshold by a draw from
 	// [Min, Max] made once per group from (seed, "compaction", group), so the
 	// members of a group share one threshold and stay comparable.
-	ThresholdMin  int    `json:"threshold_min" yaml:"threshold_min"`
-	ThresholdMax  int    `json:"threshold_max" yaml:"threshold_max"`
-	Marker        string `json:"marker" yaml:"marker"`                 // elide: replacement text
-	SummaryPrompt string `json:"summary_prompt" yaml:"summary_prompt"` // summarize: the request message
+	ThresholdMin  int    `json:"threshold_min"`
+	ThresholdMax  int    `json:"threshold_max"`
+	Marker        string `json:"marker"`         // elide: replacement text
+	SummaryPrompt string `json:"summary_prompt"` // summarize: the request message
 }
 
 // Enabled reports whether the config names a policy.

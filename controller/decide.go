@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"math"
 	"strings"
 	"time"
@@ -45,7 +46,7 @@ func nextAttempt(r *runlog.Rollout, rf config.RolloutFailure, seed uint64) attem
 		return attemptPlan{exhausted: true}
 	}
 	p := attemptPlan{start: true, restart: diverged(r)}
-	if r.LastFailure.Class == runlog.ClassInfra && r.InfraFailures > 0 {
+	if r.LastFailure.Class == failclass.Infra && r.InfraFailures > 0 {
 		p.backoff = backoff(rf, seed, r.ID, r.Attempt+1, r.InfraFailures)
 	}
 	return p
@@ -64,7 +65,7 @@ func exhausted(r *runlog.Rollout, rf config.RolloutFailure) bool {
 // fact is read from the logged failure's reason, which rollout.Run writes
 // from the typed error, so a restarted process sees it too.
 func diverged(r *runlog.Rollout) bool {
-	return r.Status == runlog.StatusFailed && r.LastFailure.Class == runlog.ClassData &&
+	return r.Status == runlog.StatusFailed && r.LastFailure.Class == failclass.Data &&
 		strings.Contains(r.LastFailure.Reason, rollout.ErrDiverged.Error())
 }
 

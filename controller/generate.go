@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/data"
@@ -127,7 +128,7 @@ func (c *Controller) checkDropCaps() error {
 			g := st.Groups[id]
 			switch g.Status {
 			case runlog.GroupStatusDropped:
-				if dropClass(g) == runlog.ClassInfra {
+				if dropClass(g) == failclass.Infra {
 					run++
 					worst, lastInfra = max(worst, run), id
 				} else {
@@ -159,7 +160,7 @@ func dropClass(g *runlog.Group) string {
 			return r.LastFailure.Class
 		}
 	}
-	return runlog.ClassData
+	return failclass.Data
 }
 
 func (c *Controller) task(g *runlog.Group) (env.Task, error) {

@@ -8,11 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/config"
@@ -84,7 +84,7 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 			// rollout.Run records nothing when its context ends, so the
 			// failure is recorded here, as infra.
 			err = rollout.Infra("rollout", fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err))
-			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: runlog.ClassInfra, Reason: err.Error()}); aerr != nil {
+			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: failclass.Infra, Reason: err.Error()}); aerr != nil {
 				return aerr
 			}
 		}
@@ -145,22 +145,9 @@ func RolloutSpec(cfg *config.Config, reg *env.Registry, params json.RawMessage, 
 			ContextBudget: cfg.Rollout.ContextBudget, MaxSampledTokens: cfg.Rollout.MaxTokensPerRollout},
 		Sampling: rollout.Sampling{Temperature: float32(cfg.Sampling.Temperature), TopP: float32(cfg.Sampling.TopP),
 			TopK: cfg.Sampling.TopK},
-		Compaction:   CompactionConfig(cfg),
+		Compaction:   cfg.CompactionConfig(),
 		MaxResamples: cfg.Rollout.MaxResamples,
 	}
-}
-
-// CompactionConfig maps the config's compaction section to the policy config.
-func CompactionConfig(cfg *config.Config) compaction.Config {
-	if !cfg.Compaction.Enabled {
-		return compaction.Config{}
-	}
-	cc := compaction.Config{Policy: cfg.Compaction.Policy, KeepTurns: cfg.Compaction.KeepLastTurns,
-		Threshold: cfg.Compaction.TriggerTokens}
-	if r := cfg.Compaction.TriggerRange; len(r) == 2 && r[1] > 0 {
-		cc.ThresholdMin, cc.ThresholdMax = r[0], r[1]
-	}
-	return cc
 }
 
 // EnvParams is the JSON of env.params (nil when empty).

@@ -70,8 +70,7 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 		return fmt.Errorf("controller: step %d has %d of %d groups left after %d were dropped, fewer than rollout_failure.min_step_batch_fraction (%g) allows",
 			k, len(groups), P, dropped, c.cfg.RolloutFailure.MinStepBatchFraction)
 	}
-	acfg := advantage.Config{Estimator: c.cfg.GRPO.Estimator, Credit: c.cfg.GRPO.Credit}
-	scfg := segment.Config{OnUndeclaredBreak: c.cfg.Compaction.OnUndeclaredBreak}
+	acfg, scfg := c.cfg.AdvantageConfig(), c.cfg.SegmentConfig()
 	var (
 		ags   []advantage.Group
 		ids   []runlog.GroupID

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"net"
-
-	"github.com/longhaul-rl/longhaul/runlog"
 )
 
-// Failure is a typed rollout failure. Class is runlog.ClassInfra (worth a
-// retry: timeouts, connection errors, 5xx, 408, 429) or runlog.ClassData
+// Failure is a typed rollout failure. Class is failclass.Infra (worth a
+// retry: timeouts, connection errors, 5xx, 408, 429) or failclass.Data
 // (bad output, 4xx, contract violations). Generators and environments
 // return it so the controller can decide on retries with errors.As.
 type Failure struct {
@@ -29,10 +28,10 @@ func (f *Failure) Error() string {
 func (f *Failure) Unwrap() error { return f.Err }
 
 // Infra wraps err as an infra failure of op.
-func Infra(op string, err error) error { return &Failure{Class: runlog.ClassInfra, Op: op, Err: err} }
+func Infra(op string, err error) error { return &Failure{Class: failclass.Infra, Op: op, Err: err} }
 
 // Data wraps err as a data failure of op.
-func Data(op string, err error) error { return &Failure{Class: runlog.ClassData, Op: op, Err: err} }
+func Data(op string, err error) error { return &Failure{Class: failclass.Data, Op: op, Err: err} }
 
 // ClassOf classifies err: the class of the outermost Failure in its chain;
 // otherwise infra for timeouts and network errors; otherwise data (unknown
@@ -44,18 +43,18 @@ func ClassOf(err error) string {
 	}
 	// Typed errors of other packages (gen/openai, env/httpenv, train/remote)
 	// say their class without rollout having to import them.
-	var c interface{ FailureClass() string }
+	var c failclass.Classed
 	if errors.As(err, &c) {
 		return c.FailureClass()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return runlog.ClassInfra
+		return failclass.Infra
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return runlog.ClassInfra
+		return failclass.Infra
 	}
-	return runlog.ClassData
+	return failclass.Data
 }
 
 // classify wraps err in a Failure of op unless it already carries one.

@@ -166,6 +166,7 @@ type loop struct {
 	thresh int
 
 	env      env.Environment
+	envKey   string           // the rollout's ID as the environment sees it, formatted once
 	pending  []runlog.EnvStep // logged steps not yet applied to env
 	envStale bool             // env lags the log (pending is not empty)
 
@@ -266,7 +267,10 @@ func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 // envCtx carries the idempotency key of the episode's step (-1: reset)
 // to the environment.
 func (l *loop) envCtx(ctx context.Context, step int) context.Context {
-	return env.WithKey(ctx, env.Key{Rollout: l.s.Rollout.String(), Attempt: l.episode, Step: step})
+	if l.envKey == "" {
+		l.envKey = l.s.Rollout.String()
+	}
+	return env.WithKey(ctx, env.Key{Rollout: l.envKey, Attempt: l.episode, Step: step})
 }
 
 func (l *loop) sealedInPrior() (Result, bool) {

@@ -9,8 +9,19 @@ import "github.com/longhaul-rl/longhaul/runlog"
 // A restarted attempt (AttemptStarted.Restart) begins a new chain: only the
 // calls after the last restart are the rollout's trajectory.
 func Trace(events []runlog.Event, id runlog.RolloutID) ([]runlog.CallFinished, []runlog.Compaction) {
-	var calls []runlog.CallFinished
-	var bounds []runlog.Compaction
+	// Sized by a first pass: a step reads every rollout's trace, and
+	// growing two slices call by call was a good part of its garbage.
+	nc, nb := 0, 0
+	for _, ev := range events {
+		switch ev.(type) {
+		case runlog.CallFinished:
+			nc++
+		case runlog.Compaction:
+			nb++
+		}
+	}
+	calls := make([]runlog.CallFinished, 0, nc)
+	bounds := make([]runlog.Compaction, 0, nb)
 	for _, ev := range events {
 		switch e := ev.(type) {
 		case runlog.AttemptStarted:

@@ -323,15 +323,20 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 		// Sampled tokens and their logprobs share one blob: they are
 		// always read together and always have equal lengths.
 		e.u8(tokensBlobs)
-		sr, err := put(putTokens(nil, v.PromptSuffix))
+		// The blobs are built in e.b's spare capacity and cut off again:
+		// put copies them, so no buffer is allocated per event.
+		n := len(e.b)
+		tmp := putTokens(e.b, v.PromptSuffix)
+		sr, err := put(tmp[n:])
 		if err != nil {
 			return dst, err
 		}
-		sb := putTokens(make([]byte, 0, 4*(len(v.Sampled)+len(v.Logprobs))), v.Sampled)
-		mr, err := put(putFloats(sb, v.Logprobs))
+		tmp = putFloats(putTokens(tmp[:n], v.Sampled), v.Logprobs)
+		mr, err := put(tmp[n:])
 		if err != nil {
 			return dst, err
 		}
+		e.b = tmp[:n]
 		e.uv(uint64(len(v.PromptSuffix)))
 		e.uv(uint64(len(v.Sampled)))
 		e.uv(uint64(len(v.Logprobs)))

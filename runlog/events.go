@@ -4,6 +4,8 @@ package runlog
 // package that records facts (controller, rollout, train). Field meanings are
 // documented here; the binary encoding lives in encode.go.
 
+import "github.com/longhaul-rl/longhaul/internal/failclass"
+
 // Kind names an event type. Values are part of the on-disk format: append
 // new kinds at the end, never renumber.
 type Kind uint8
@@ -176,10 +178,11 @@ type RolloutSealed struct {
 	Success bool
 }
 
-// Failure classes.
+// Failure classes: the vocabulary is internal/failclass's; these names
+// are kept for the log's readers.
 const (
-	ClassInfra = "infra"
-	ClassData  = "data"
+	ClassInfra = failclass.Infra
+	ClassData  = failclass.Data
 )
 
 // RolloutFailed ends an attempt with a typed failure.

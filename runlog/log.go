@@ -89,6 +89,8 @@ type Log struct {
 	// Owned by the syncer goroutine.
 	segF, packF storage.File
 
+	freeSeg    chan []byte // written units' buffers, back to the stager
+	freePack   chan []byte
 	readyc     chan struct{} // the syncer is idle
 	unitc      chan *unit
 	stagerDone chan struct{}
@@ -109,8 +111,15 @@ type request struct {
 	off  Offset
 	err  error
 	ok   bool
-	done chan struct{}
+	done chan struct{} // buffered (1): answered by a send, so a request can be reused
 }
+
+// requests recycles Append's requests and their channels: an append per
+// model call is the hot path, and each costs three allocations otherwise.
+var requests = sync.Pool{New: func() any { return &request{done: make(chan struct{}, 1)} }}
+
+// answer tells the waiting Append that r is decided.
+func (r *request) answer() { r.done <- struct{}{} }
 
 // Open opens the run log under dir (the run directory; files go to
 // dir/runlog), creating it if absent. It cuts a torn tail (see Recovery),
@@ -146,6 +155,8 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 		done:       make(chan struct{}),
 		readyc:     make(chan struct{}),
 		unitc:      make(chan *unit, 1),
+		freeSeg:    make(chan []byte, 2),
+		freePack:   make(chan []byte, 2),
 		stagerDone: make(chan struct{}),
 		cur:        &unit{seq: 1},
 	}
@@ -308,15 +319,18 @@ func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
 	if len(evs) == 0 {
 		return 0, errors.New("runlog: append of no events")
 	}
-	req := &request{evs: evs, done: make(chan struct{})}
+	var t0 time.Time
 	if l.opts.OnAppend != nil {
-		t0 := time.Now()
-		defer func() {
-			if req.err == nil {
-				l.opts.OnAppend(time.Since(t0))
-			}
-		}()
+		t0 = time.Now()
 	}
+	req := requests.Get().(*request)
+	// A copy, so the caller's variadic slice does not escape to the heap.
+	req.evs = append(req.evs[:0], evs...)
+	defer func() {
+		clear(req.evs)
+		req.evs, req.off, req.err = req.evs[:0], 0, nil
+		requests.Put(req)
+	}()
 	select {
 	case l.reqc <- req:
 	case <-ctx.Done():
@@ -325,6 +339,9 @@ func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
 		return 0, ErrClosed
 	}
 	<-req.done
+	if req.err == nil && l.opts.OnAppend != nil {
+		l.opts.OnAppend(time.Since(t0))
+	}
 	return req.off, req.err
 }
 
@@ -382,7 +399,7 @@ func (l *Log) failure() error {
 func (l *Log) stage(r *request) {
 	if err := l.failure(); err != nil {
 		r.err = err
-		close(r.done)
+		r.answer()
 		return
 	}
 	u := l.cur
@@ -420,7 +437,7 @@ func (l *Log) stage(r *request) {
 		l.rebuildW()
 	}
 	r.err = err
-	close(r.done)
+	r.answer()
 }
 
 // rebuildW recomputes the stager's state as the durable state plus every
@@ -464,9 +481,41 @@ func (l *Log) handOff() {
 	}
 	l.inflight = append(keep, u)
 	l.seq++
-	l.cur = &unit{seq: l.seq + 1}
+	l.cur = &unit{seq: l.seq + 1, seg: l.buffer(l.freeSeg)}
+	l.pack.buf = l.buffer(l.freePack)
 	l.unitc <- u
 }
+
+// buffer returns a written unit's buffer for reuse, or nil (the stager).
+func (l *Log) buffer(free chan []byte) []byte {
+	select {
+	case b := <-free:
+		return b
+	default:
+		return nil
+	}
+}
+
+// recycle hands a written unit's buffers back to the stager (the syncer):
+// once written, nothing reads them.
+func (l *Log) recycle(u *unit) {
+	give := func(free chan []byte, b []byte) {
+		if cap(b) == 0 || cap(b) > maxRecycled {
+			return
+		}
+		select {
+		case free <- b[:0]:
+		default:
+		}
+	}
+	give(l.freeSeg, u.seg)
+	give(l.freePack, u.pack)
+	u.seg, u.pack = nil, nil
+}
+
+// maxRecycled bounds the buffers kept for reuse, so one huge append does
+// not pin its memory for the rest of the run.
+const maxRecycled = 4 << 20
 
 func (l *Log) syncer() {
 	defer close(l.done)
@@ -484,8 +533,10 @@ func (l *Log) syncer() {
 func (l *Log) sync(u *unit) {
 	defer func() {
 		for _, r := range u.reqs {
-			close(r.done)
+			r.answer()
 		}
+		clear(u.reqs) // the requests are reused once answered
+		l.recycle(u)
 	}()
 	err := l.failure()
 	if err == nil && len(u.pack) > 0 {

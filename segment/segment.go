@@ -32,10 +32,10 @@ const (
 
 // Config configures Build.
 type Config struct {
-	OnUndeclaredBreak string `json:"on_undeclared_break" yaml:"on_undeclared_break"`
+	OnUndeclaredBreak string `json:"on_undeclared_break"`
 	// DiffWindow is how many tokens each side of the first difference an
 	// undeclared-break error shows; default 8.
-	DiffWindow int `json:"diff_window" yaml:"diff_window"`
+	DiffWindow int `json:"diff_window"`
 }
 
 // How a segment began.

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/httpclass"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"io"
 	"net/http"
 	"strings"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/runlog"
 )
 
 // DefaultTimeout bounds one request when Client.Timeout is 0.
@@ -269,10 +268,10 @@ func (c *Client) post(ctx context.Context, path string, in, out any) error {
 func statusError(op string, status int, raw []byte) error {
 	var er ErrorReply
 	msg := excerpt(raw)
-	class := httpclass.Status(status)
+	class := failclass.Status(status)
 	if json.Unmarshal(raw, &er) == nil && er.Error.Message != "" {
 		msg = er.Error.Message
-		if er.Error.Class == runlog.ClassInfra || er.Error.Class == runlog.ClassData {
+		if failclass.Valid(er.Error.Class) {
 			class = er.Error.Class
 		}
 	}

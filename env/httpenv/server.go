@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/env"
-	"github.com/longhaul-rl/longhaul/runlog"
 )
 
 // maxBody bounds request bodies; environment messages are small.
@@ -73,9 +73,9 @@ type httpError struct {
 func (e *httpError) Error() string { return e.err.Error() }
 
 func bad(status int, format string, a ...any) error {
-	class := runlog.ClassData
+	class := failclass.Data
 	if status >= 500 {
-		class = runlog.ClassInfra
+		class = failclass.Infra
 	}
 	return &httpError{status: status, class: class, err: fmt.Errorf(format, a...)}
 }
@@ -116,7 +116,7 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, out any, err erro
 		var he *httpError
 		if !errors.As(err, &he) {
 			// An environment's own error is about the episode: data.
-			he = &httpError{status: http.StatusUnprocessableEntity, class: runlog.ClassData, err: err}
+			he = &httpError{status: http.StatusUnprocessableEntity, class: failclass.Data, err: err}
 		}
 		s.log.Debug("httpenv error", "path", r.URL.Path, "status", he.status, "err", err)
 		w.WriteHeader(he.status)
@@ -158,10 +158,10 @@ func (s *Server) get(id string) (*session, error) {
 func (s *Server) newEnv(name string, params json.RawMessage) (env.Environment, error) {
 	e, err := s.reg.New(name, params)
 	if errors.Is(err, env.ErrUnknown) {
-		return nil, &httpError{status: http.StatusNotFound, class: runlog.ClassData, err: err}
+		return nil, &httpError{status: http.StatusNotFound, class: failclass.Data, err: err}
 	}
 	if err != nil {
-		return nil, &httpError{status: http.StatusBadRequest, class: runlog.ClassData, err: err}
+		return nil, &httpError{status: http.StatusBadRequest, class: failclass.Data, err: err}
 	}
 	return e, nil
 }

@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"io"
 	"net"
 	"net/http"
@@ -64,9 +65,9 @@ func (f Fault) Class() string {
 	case None:
 		return ""
 	case Status500, Status503, Status429, Status408, Timeout, Reset:
-		return "infra"
+		return failclass.Infra
 	}
-	return "data"
+	return failclass.Data
 }
 
 // Status is the HTTP status a status fault answers with, 0 for others.

@@ -1,40 +1,21 @@
-// Package httpclass is the one rule by which an HTTP client in longhaul
-// (OpenAI-compatible generation, the trainer protocol, HTTP environments)
-// classes a failure: infra when it may work later or elsewhere, data when
-// the request or the answer is wrong.
+// Package httpclass forwards to internal/failclass, where the failure
+// classes and the HTTP classing rule now live.
+//
+// Deprecated: use internal/failclass. This package is kept only until
+// gen/openai and train/remote (changed by other engineers in the same
+// session) import failclass; then it is deleted.
 package httpclass
 
-import (
-	"context"
-	"errors"
-	"net"
-	"net/http"
-)
+import "github.com/longhaul-rl/longhaul/internal/failclass"
 
-// Failure classes (the same strings as runlog.ClassInfra / ClassData).
+// Failure classes.
 const (
-	Infra = "infra"
-	Data  = "data"
+	Infra = failclass.Infra
+	Data  = failclass.Data
 )
 
-// Status classes a non-2xx status: 5xx, 408 and 429 are infra, the rest data.
-func Status(code int) string {
-	if code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests {
-		return Infra
-	}
-	return Data
-}
+// Status classes a non-2xx status (failclass.Status).
+func Status(code int) string { return failclass.Status(code) }
 
-// IsInfra reports whether err is a transport failure: a deadline, a
-// cancellation, or a network error.
-func IsInfra(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	var oe *net.OpError
-	return errors.As(err, &oe)
-}
+// IsInfra reports whether err is a transport failure (failclass.IsInfra).
+func IsInfra(err error) bool { return failclass.IsInfra(err) }

@@ -42,7 +42,7 @@ func Demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int) ([
 	if err != nil {
 		return nil, err
 	}
-	cc := controller.CompactionConfig(cfg)
+	cc := cfg.CompactionConfig()
 	policy, err := cc.New()
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func Demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int) ([
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}
 		calls, bounds := rollout.Trace(rec.Events(), id)
-		segs, _, err := segment.Build(calls, bounds, segment.Config{OnUndeclaredBreak: cfg.Compaction.OnUndeclaredBreak})
+		segs, _, err := segment.Build(calls, bounds, cfg.SegmentConfig())
 		if err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}

@@ -143,7 +143,7 @@ func TrainingRows(ctx context.Context, dir string, id runlog.RolloutID, tokens b
 	if g == nil || int(id.Member) >= len(g.Members) {
 		return nil, unknown(s, id, dir)
 	}
-	scfg := segment.Config{OnUndeclaredBreak: cfg.Compaction.OnUndeclaredBreak}
+	scfg := cfg.SegmentConfig()
 	members := make([]advantage.Rollout, len(g.Members))
 	var mine []segment.Segment
 	for i, m := range g.Members {
@@ -160,7 +160,7 @@ func TrainingRows(ctx context.Context, dir string, id runlog.RolloutID, tokens b
 			mine = segs
 		}
 	}
-	ag, err := advantage.Compute(advantage.Config{Estimator: cfg.GRPO.Estimator, Credit: cfg.GRPO.Credit}, members)
+	ag, err := advantage.Compute(cfg.AdvantageConfig(), members)
 	if err != nil {
 		return nil, err
 	}

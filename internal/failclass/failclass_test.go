@@ -1,4 +1,4 @@
-package httpclass
+package failclass
 
 import (
 	"context"
@@ -28,6 +28,14 @@ func TestIsInfra(t *testing.T) {
 	} {
 		if got := IsInfra(tc.err); got != tc.want {
 			t.Errorf("IsInfra(%v) = %v", tc.err, got)
+		}
+	}
+}
+
+func TestValid(t *testing.T) {
+	for c, want := range map[string]bool{Infra: true, Data: true, "": false, "Infra": false, "other": false} {
+		if got := Valid(c); got != want {
+			t.Errorf("Valid(%q) = %v, want %v", c, got, want)
 		}
 	}
 }
