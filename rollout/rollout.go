@@ -24,6 +24,8 @@ import (
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
+	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 )
 
 // Recorder makes an event durable; Record returns once it is.
@@ -87,11 +89,19 @@ type Spec struct {
 	// byte tokens, trimmed.
 	Parse  func(sampled []int32) string
 	Logger *slog.Logger
-	// Chat supplies the conversation's framing tokens (the opening, the
-	// generation prompt, the stop tokens); nil is the byte tokenizer's
-	// template (tokenizer/bytetok), the embedded model's. Message bodies
-	// are still rendered by compaction with the byte template.
+	// Chat renders the conversation; nil (or bytetok.Chat) is the byte
+	// tokenizer's template, the embedded model's, rendered as always by
+	// compaction's messages. Any other Chat drives the rollout through the
+	// bridge (tokenizer/bridge, chatloop.go): each prompt is the previous
+	// prompt + the sampled tokens + the rendered new messages.
 	Chat lhtok.Chat
+	// History is tokenizer.history for a bridged Chat (default append).
+	History bridge.History
+	// Render carries the tools and template kwargs of a bridged Chat.
+	Render lhtok.RenderOptions
+	// ToolParser reads a bridged Chat's replies into messages (tool
+	// calls, reasoning); nil parses no tool calls.
+	ToolParser toolcall.Parser
 }
 
 // Result is how a rollout ended.
@@ -197,6 +207,11 @@ type loop struct {
 	// generation prompt after the messages, and the stop tokens (the first
 	// also closes a length-truncated reply).
 	open, genPrompt, stops []int32
+
+	// bridged is set for a Chat other than the byte template: cb holds
+	// its token record (chatloop.go).
+	bridged bool
+	cb      chatState
 }
 
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
@@ -225,6 +240,9 @@ func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 		l.policy = p
 	}
 	l.thresh = s.Compaction.ThresholdFor(s.Seed, s.Rollout.Group)
+	if err := l.initBridged(); err != nil {
+		return nil, err
+	}
 	var seen uint32 // calls logged so far, over all attempts
 	for _, ev := range prior {
 		switch e := ev.(type) {
@@ -320,6 +338,9 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	if a, ok := e.(env.Agent); ok {
 		return l.drive(ctx, a)
 	}
+	if l.bridged {
+		return l.runChat(ctx)
+	}
 	// Reset even when resuming: the first message is not in the log as
 	// text, and a replay or restore starts from a reset environment.
 	obs, err := e.Reset(l.envCtx(ctx, -1), l.s.Task, l.s.EnvSeed)
@@ -382,6 +403,9 @@ func (l *loop) parse(sampled []int32) string {
 	if l.s.Parse != nil {
 		return l.s.Parse(sampled)
 	}
+	if l.bridged {
+		return strings.TrimSpace(l.cb.parse(sampled).Message.Content)
+	}
 	return strings.TrimSpace(tokenizer.DecodeText(sampled))
 }
 
@@ -405,6 +429,12 @@ func (l *loop) selectCall(ctx context.Context, prompt []int32, validate Validato
 
 func (l *loop) accept(prompt []int32, call runlog.CallFinished) {
 	l.prev = append(prompt[:len(prompt):len(prompt)], call.Sampled...)
+	if l.bridged {
+		l.cb.sampled = call.Sampled
+		l.lastSelected, l.hasCall = call.Call, true
+		l.sampled += len(call.Sampled)
+		return
+	}
 	toks := make([]int32, 0, len(call.Sampled)+len(l.genPrompt)+1)
 	toks = append(toks, l.genPrompt...)
 	toks = append(toks, call.Sampled...)
@@ -473,7 +503,7 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 		Finish: r.Finish, Version: r.Version, Selected: true,
 	}
 	if validate != nil {
-		if verr := validate(ctx, tokenizer.DecodeText(r.Tokens), r.Tokens); verr != nil {
+		if verr := validate(ctx, l.text(r.Tokens), r.Tokens); verr != nil {
 			c.Selected, c.Reject = false, verr.Error()
 		}
 	}
@@ -523,7 +553,9 @@ func (l *loop) step(ctx context.Context, action string) error {
 	l.turns++
 	l.reward += st.Reward
 	l.done = st.Done
-	if !st.Done && st.Observation != "" {
+	if !st.Done && st.Observation != "" && l.bridged {
+		l.cb.next = append(l.cb.next, lhtok.Message{Role: string(l.obsRole), Content: st.Observation})
+	} else if !st.Done && st.Observation != "" {
 		m, err := compaction.NewMessage(l.obsRole, st.Observation)
 		if err != nil {
 			return err
