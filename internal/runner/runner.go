@@ -148,7 +148,12 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if opts.WrapGenerator != nil {
 		g = opts.WrapGenerator(g)
 	}
+	chat, parser, err := BuildChat(cfg)
+	if err != nil {
+		return err
+	}
 	c, err := controller.New(controller.Options{
+		Chat: chat, ToolParser: parser,
 		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g, Trainer: parts.tr,
 		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
 		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
