@@ -16,10 +16,13 @@ import (
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 )
 
-// TokenizerDir is the directory tokenizer.path names (a tokenizer.json
-// file names its directory); empty for the byte tokenizer.
+// TokenizerDir is the directory tokenizer.path (default model.path) names
+// (a tokenizer.json file names its directory); empty for the byte tokenizer.
 func TokenizerDir(cfg *config.Config) string {
 	p := cfg.Tokenizer.Path
+	if p == "" {
+		p = cfg.Model.Path // an HF model directory carries its tokenizer
+	}
 	if p == "" {
 		return ""
 	}
