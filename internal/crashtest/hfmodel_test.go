@@ -87,11 +87,12 @@ func checkPrompts(t *testing.T, dir, modelDir string) {
 		pending []int32
 	}
 	rs := map[runlog.RolloutID]*state{}
-	checked, tails := 0, 0
+	checked, tails, maxVersion := 0, 0, int64(0)
 	const open, gen = "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"
 	err = l.Events(ctx, func(_ runlog.Offset, ev runlog.Event) error {
 		switch e := ev.(type) {
 		case runlog.CallFinished:
+			maxVersion = max(maxVersion, e.Version)
 			s := rs[e.Rollout]
 			if e.PromptPrefix == 0 || s == nil {
 				s = &state{}
@@ -138,6 +139,11 @@ func checkPrompts(t *testing.T, dir, modelDir string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each step publishes the trained weights to the generator as a new
+	// version; later calls must be served by them.
+	if maxVersion < 2 {
+		t.Fatalf("calls were served by versions up to %d: the trainer's weights never reached the generator", maxVersion)
 	}
 	if checked == 0 || tails == 0 {
 		t.Fatalf("checked %d prompts, %d of them later turns", checked, tails)
