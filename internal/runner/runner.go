@@ -260,6 +260,11 @@ func ModelConfig(cfg *config.Config) model.Config {
 
 // InitModel initialises the embedded model from its seed, or loads model.weights.
 func InitModel(cfg *config.Config) (*model.Model, error) {
+	if cfg.Model.Path != "" {
+		// Only `longhaul train` wires the HF family (wirehf.go); the
+		// server and serve-trainer paths build the built-in model.
+		return nil, fmt.Errorf("model.path: only `longhaul train` supports it so far (for serving use `longhaul serve --model DIR`)")
+	}
 	if cfg.Model.Weights != "" {
 		m, err := model.Load(cfg.Model.Weights)
 		if err != nil {
