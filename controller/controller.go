@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -61,6 +63,10 @@ type Options struct {
 	// Describe, when set, says what the generator is waiting on (e.g. the
 	// servers and their health) for the stall watchdog's message.
 	Describe func() string
+	// Chat renders rollouts (tokenizer.*); nil is the byte template.
+	// ToolParser reads its replies (tokenizer.tool_parser).
+	Chat       lhtok.Chat
+	ToolParser toolcall.Parser
 }
 
 // Progress is what the progress display shows after each step.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/longhaul-rl/longhaul/internal/failclass"
+	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -127,6 +128,11 @@ func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, 
 	sp := RolloutSpec(c.cfg, c.o.Envs, c.envParams, task, id, attempt,
 		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, seconds(c.cfg.RolloutFailure.CallTimeoutS)}, rec)
 	sp.Logger = c.log
+	if c.o.Chat != nil {
+		sp.Chat, sp.ToolParser = c.o.Chat, c.o.ToolParser
+		sp.History = bridge.History(c.cfg.Tokenizer.History)
+		sp.Render.Kwargs = c.cfg.Tokenizer.TemplateKwargs
+	}
 	return sp
 }
 

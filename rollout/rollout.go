@@ -41,70 +41,6 @@ func (f RecorderFunc) Record(ctx context.Context, ev runlog.Event) error { retur
 // its text becomes CallFinished.Reject.
 type Validator func(ctx context.Context, text string, sampled []int32) error
 
-// Limits end a rollout. Zero means no limit.
-type Limits struct {
-	MaxTurns         int // environment steps; ends with max_turns
-	MaxTokensPerCall int // max new tokens of one call (required > 0)
-	// ContextBudget is the most tokens a call may see: a call whose prompt
-	// plus MaxTokensPerCall exceeds it is not made and the rollout ends with
-	// max_tokens.
-	ContextBudget    int
-	MaxSampledTokens int // sampled tokens over the whole rollout; ends with max_tokens
-}
-
-// Sampling are the generator settings of every call.
-type Sampling struct {
-	Temperature float32
-	TopP        float32
-	TopK        int
-}
-
-// Spec is everything one attempt at a rollout needs.
-type Spec struct {
-	Seed    uint64 // the run seed
-	Rollout runlog.RolloutID
-	Attempt uint32
-	Task    env.Task
-	// EnvSeed is passed to Reset; derive it per group (e.g.
-	// rng.Derive(seed, "env", group)) so every member sees one episode.
-	EnvSeed   uint64
-	NewEnv    func(ctx context.Context) (env.Environment, error)
-	Generator gen.Generator
-	Recorder  Recorder
-
-	System          string         // optional system message
-	ObservationRole tokenizer.Role // role of environment observations; default user
-	Limits          Limits
-	Sampling        Sampling
-	Compaction      compaction.Config
-	// Policy overrides Compaction.New() (a user-defined policy); the trigger
-	// still comes from Compaction.
-	Policy compaction.Policy
-
-	Validator    Validator
-	MaxResamples int // rejected candidates resampled up to this many times
-	// Parse turns sampled tokens into the action; default: the text of the
-	// byte tokens, trimmed.
-	Parse  func(sampled []int32) string
-	Logger *slog.Logger
-	// Chat supplies the conversation's framing tokens (the opening, the
-	// generation prompt, the stop tokens); nil is the byte tokenizer's
-	// template (tokenizer/bytetok), the embedded model's. Message bodies
-	// are still rendered by compaction with the byte template.
-	Chat lhtok.Chat
-}
-
-// Result is how a rollout ended.
-type Result struct {
-	Outcome     string // runlog.Outcome*
-	Reward      float64
-	Success     bool
-	Turns       int
-	Calls       int // calls made over all attempts, rejected ones included
-	Compactions int
-	Replayed    int // prior events consumed
-}
-
 // SampleSeed is the sampling seed of a call: derived from (run seed,
 // "sample", group, member, call). The attempt is left out on purpose: the
 // call index is unique over all attempts, so a retried attempt draws fresh
@@ -198,6 +134,11 @@ type loop struct {
 	// generation prompt after the messages, and the stop tokens (the first
 	// also closes a length-truncated reply).
 	open, genPrompt, stops []int32
+
+	// bridged is set for a Chat other than the byte template: cb holds
+	// its token record (chatloop.go).
+	bridged bool
+	cb      chatState
 }
 
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
@@ -226,6 +167,9 @@ func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 		l.policy = p
 	}
 	l.thresh = s.Compaction.ThresholdFor(s.Seed, s.Rollout.Group)
+	if err := l.initBridged(); err != nil {
+		return nil, err
+	}
 	var seen uint32 // calls logged so far, over all attempts
 	for _, ev := range prior {
 		switch e := ev.(type) {
@@ -324,6 +268,9 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	if a, ok := e.(env.Agent); ok {
 		return l.drive(ctx, a)
 	}
+	if l.bridged {
+		return l.runChat(ctx)
+	}
 	// Reset even when resuming: the first message is not in the log as
 	// text, and a replay or restore starts from a reset environment.
 	obs, err := e.Reset(l.envCtx(ctx, -1), l.s.Task, l.s.EnvSeed)
@@ -386,6 +333,9 @@ func (l *loop) parse(sampled []int32) string {
 	if l.s.Parse != nil {
 		return l.s.Parse(sampled)
 	}
+	if l.bridged {
+		return strings.TrimSpace(l.cb.parse(sampled).Message.Content)
+	}
 	return strings.TrimSpace(tokenizer.DecodeText(sampled))
 }
 
@@ -409,6 +359,12 @@ func (l *loop) selectCall(ctx context.Context, prompt []int32, validate Validato
 
 func (l *loop) accept(prompt []int32, call runlog.CallFinished) {
 	l.prev = append(prompt[:len(prompt):len(prompt)], call.Sampled...)
+	if l.bridged {
+		l.cb.sampled = call.Sampled
+		l.lastSelected, l.hasCall = call.Call, true
+		l.sampled += len(call.Sampled)
+		return
+	}
 	toks := make([]int32, 0, len(call.Sampled)+len(l.genPrompt)+1)
 	toks = append(toks, l.genPrompt...)
 	toks = append(toks, call.Sampled...)
@@ -477,7 +433,7 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 		Finish: r.Finish, Version: r.Version, Selected: true,
 	}
 	if validate != nil {
-		if verr := validate(ctx, tokenizer.DecodeText(r.Tokens), r.Tokens); verr != nil {
+		if verr := validate(ctx, l.text(r.Tokens), r.Tokens); verr != nil {
 			c.Selected, c.Reject = false, verr.Error()
 		}
 	}
@@ -527,7 +483,9 @@ func (l *loop) step(ctx context.Context, action string) error {
 	l.turns++
 	l.reward += st.Reward
 	l.done = st.Done
-	if !st.Done && st.Observation != "" {
+	if !st.Done && st.Observation != "" && l.bridged {
+		l.cb.next = append(l.cb.next, lhtok.Message{Role: string(l.obsRole), Content: st.Observation})
+	} else if !st.Done && st.Observation != "" {
 		m, err := compaction.NewMessage(l.obsRole, st.Observation)
 		if err != nil {
 			return err

@@ -73,6 +73,7 @@ type Model struct {
 	Positions string `yaml:"positions" enum:"rope|learned" doc:"position encoding"`
 	InitSeed  uint64 `yaml:"init_seed" doc:"weight-initialisation seed; 0 = derive from run.seed"`
 	Weights   string `yaml:"weights" doc:"safetensors file to start from; empty = initialise"`
+	Path      string `yaml:"path" doc:"a Hugging Face model directory (Llama/Qwen2/Qwen3: config.json, safetensors, tokenizer files) trained and sampled in process instead of the built-in model; the other model.* sizes are then ignored except model.context; tokenizer.path defaults to it; no warm start"`
 }
 
 // GRPO configures groups, advantages and credit.

@@ -28,8 +28,14 @@ func (c *Config) validateTokenizer(v *validator) {
 	if _, err := json.Marshal(t.TemplateKwargs); err != nil {
 		v.failf("tokenizer.template_kwargs", "must have string keys at every level: %w", err)
 	}
-	if t.Path != "" && c.Generator.Kind == "embedded" {
-		v.failf("tokenizer.path", "must be empty with generator.kind embedded: the embedded model speaks the byte tokenizer (have %q)", t.Path)
+	if t.Path != "" && c.Generator.Kind == "embedded" && c.Model.Path == "" {
+		v.failf("tokenizer.path", "must be empty with generator.kind embedded and no model.path: the built-in model speaks the byte tokenizer (have %q)", t.Path)
+	}
+	if c.Model.Path != "" && c.Model.Weights != "" {
+		v.failf("model.weights", "must be empty with model.path (the directory holds the weights)")
+	}
+	if (t.Path != "" || c.Model.Path != "") && c.Compaction.Enabled {
+		v.failf("compaction.enabled", "must be false with a Hugging Face tokenizer (tokenizer.path or model.path): compaction policies build byte-template messages")
 	}
 	if t.Source == "server" && c.Generator.Kind != "openai" {
 		v.failf("tokenizer.source", "server needs generator.kind openai (a server to render)")

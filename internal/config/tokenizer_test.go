@@ -6,7 +6,7 @@ import (
 )
 
 func TestTokenizerSection(t *testing.T) {
-	c, err := Parse("f.yaml", []byte("generator:\n  kind: openai\n  urls: [\"http://127.0.0.1:1\"]\n  model: m\ntokenizer:\n  path: /models/qwen3\n  history: rerender\n  tool_parser: hermes\n  template_kwargs:\n    enable_thinking: false\n"))
+	c, err := Parse("f.yaml", []byte("generator:\n  kind: openai\n  urls: [\"http://127.0.0.1:1\"]\n  model: m\ntokenizer:\n  path: /models/qwen3\n  history: rerender\n  tool_parser: hermes\n  template_kwargs:\n    enable_thinking: false\ncompaction:\n  enabled: false\n"))
 	if err == nil {
 		err = c.Validate()
 	}
@@ -16,12 +16,23 @@ func TestTokenizerSection(t *testing.T) {
 	if c.Tokenizer.Path != "/models/qwen3" || c.Tokenizer.History != "rerender" || c.Tokenizer.TemplateKwargs["enable_thinking"] != false {
 		t.Fatalf("%+v", c.Tokenizer)
 	}
+	// model.path brings its tokenizer to the embedded generator.
+	c, err = Parse("f.yaml", []byte("model:\n  path: /m\ncompaction:\n  enabled: false\n"))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil || c.Model.Path != "/m" {
+		t.Fatalf("model.path: %v %+v", err, c.Model)
+	}
 	for _, tc := range []struct{ src, key string }{
 		{"tokenizer:\n  histroy: append\n", "tokenizer.histroy"},
 		{"tokenizer:\n  history: prepend\n", "tokenizer.history"},
 		{"tokenizer:\n  tool_parser: mistral\n", "tokenizer.tool_parser"},
 		{"tokenizer:\n  path: /m\n", "tokenizer.path"},
 		{"tokenizer:\n  source: server\n", "tokenizer.source"},
+		{"model:\n  path: /m\ncompaction:\n  enabled: true\n", "compaction.enabled"},
+		{"model:\n  path: /m\n  weights: /w.safetensors\ncompaction:\n  enabled: false\n", "model.weights"},
+		{"model:\n  pth: /m\n", "model.pth"},
 	} {
 		c, err := Parse("f.yaml", []byte(tc.src))
 		if err == nil {

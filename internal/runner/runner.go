@@ -169,7 +169,12 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if opts.WrapGenerator != nil {
 		g = opts.WrapGenerator(g)
 	}
+	chat, parser, err := BuildChat(cfg)
+	if err != nil {
+		return err
+	}
 	c, err := controller.New(controller.Options{
+		Chat: chat, ToolParser: parser,
 		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g, Trainer: parts.tr,
 		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
 		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
@@ -258,6 +263,11 @@ func ModelConfig(cfg *config.Config) model.Config {
 
 // InitModel initialises the embedded model from its seed, or loads model.weights.
 func InitModel(cfg *config.Config) (*model.Model, error) {
+	if cfg.Model.Path != "" {
+		// Only `longhaul train` wires the HF family (wirehf.go); the
+		// server and serve-trainer paths build the built-in model.
+		return nil, fmt.Errorf("model.path: only `longhaul train` supports it so far (for serving use `longhaul serve --model DIR`)")
+	}
 	if cfg.Model.Weights != "" {
 		m, err := model.Load(cfg.Model.Weights)
 		if err != nil {

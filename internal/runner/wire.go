@@ -49,6 +49,9 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			p.tr = timedTrainer{p.tr, obs.ObserveCheckpoint}
 		}
 	}()
+	if cfg.Model.Path != "" {
+		return wireHF(ctx, cfg, dir, log, opts, p)
+	}
 	var local *tembedded.Trainer
 	switch cfg.Trainer.Kind {
 	case "embedded":

@@ -1,0 +1,59 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/longhaul-rl/longhaul/gen"
+	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
+	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/model/llama"
+	tembedded "github.com/longhaul-rl/longhaul/train/embedded"
+)
+
+// LoadHF loads model.path and fits it to model.context.
+func LoadHF(cfg *config.Config) (*llama.Model, error) {
+	m, err := llama.LoadDir(cfg.Model.Path)
+	if err != nil {
+		return nil, fmt.Errorf("model.path: %w", err)
+	}
+	if err := m.SetContext(cfg.Model.Context); err != nil {
+		return nil, fmt.Errorf("model.context: %w", err)
+	}
+	return m, nil
+}
+
+// wireHF is wire for model.path: the Llama/Qwen family of model/llama,
+// trained in process (HFTrainer) and sampled in process (HFGenerator, a
+// copy of the weights per version). There is no warm start: its
+// demonstrations are byte-tokenizer text.
+func wireHF(ctx context.Context, cfg *config.Config, _ string, _ *slog.Logger, opts Options, p *parts) (*parts, error) {
+	if cfg.Trainer.Kind != "embedded" || cfg.Generator.Kind != "embedded" {
+		return nil, fmt.Errorf("runner: model.path needs trainer.kind and generator.kind embedded (have %s, %s)", cfg.Trainer.Kind, cfg.Generator.Kind)
+	}
+	m, err := LoadHF(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := tembedded.NewHF(m, OptimConfig(cfg), LossConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	p.tr = tr
+	eg := gembedded.NewHF(m.Clone(), 0)
+	bctx, stop := context.WithCancel(ctx)
+	var inner gen.Generator = eg
+	if opts.Observe != nil {
+		inner = timedGen{eg, "embedded", opts.Observe.ObserveCall}
+	}
+	b := gen.NewBatcher(bctx, inner, 64, 2*time.Millisecond)
+	p.gen, p.close = b, stop
+	p.queues["generate"] = func() float64 { return float64(b.Queued()) }
+	p.publish = func(_ context.Context, v int64) error {
+		eg.SetWeights(tr.Model().Clone(), v)
+		return nil
+	}
+	return p, nil
+}
