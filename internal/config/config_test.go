@@ -448,3 +448,14 @@ func TestCheckChange(t *testing.T) {
 		t.Fatal("partial-name prefix allowed a key")
 	}
 }
+
+// TestKLCoefRefused: a KL penalty has no reference policy to take logprobs
+// from, so the key is refused at load, naming it, not at step 1.
+func TestKLCoefRefused(t *testing.T) {
+	c := Default()
+	c.Loss.KLCoef = 0.1
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "loss.kl_coef") {
+		t.Fatalf("err = %v, want an error naming loss.kl_coef", err)
+	}
+}

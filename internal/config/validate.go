@@ -63,6 +63,12 @@ func (c *Config) Validate() error {
 	v.rangeF("loss.clip_low", l.ClipLow, 0, 1, false)
 	v.minF("loss.clip_high", l.ClipHigh, 0)
 	v.minF("loss.kl_coef", l.KLCoef, 0)
+	if l.KLCoef > 0 {
+		// The losses take reference logprobs per token, but no run supplies
+		// them yet (there is no reference policy): refuse up front rather
+		// than fail at step 1.
+		v.failf("loss.kl_coef", "a KL penalty needs reference-policy logprobs, which runs do not compute yet; use 0, got %g", l.KLCoef)
+	}
 
 	o := c.Optim
 	v.positive("optim.lr", o.LR)
