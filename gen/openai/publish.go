@@ -110,7 +110,10 @@ func (c *Client) ServedVersion(url string) int64 {
 // fresh reports whether b may get calls (under c.mu): nothing published
 // yet, or b confirmed the last published version.
 func (c *Client) fresh(b *backend) bool {
-	return c.pubPath == "" || b.version == c.pubVersion
+	// A server still at a version the fence allows (the previous one, while
+	// a rolling update has not reached it yet) keeps serving; one at any
+	// other version (a restart's initial weights) waits to be caught up.
+	return c.pubPath == "" || (b.version >= c.lo && b.version <= c.hi)
 }
 
 // checkServed fences one answered call (version -1: the server reported
@@ -156,6 +159,12 @@ func (c *Client) catchUp(ctx context.Context, b *backend, reported int64) error 
 	if !need {
 		return nil
 	}
+	// An update in progress reaches b itself; a second reload racing it
+	// would load the weights twice.
+	if !c.upd.TryLock() {
+		return nil
+	}
+	defer c.upd.Unlock()
 	c.log.Info("re-publishing weights to a server that came back", "server", b.url, "version", v)
 	return c.reload(ctx, b, path, v)
 }

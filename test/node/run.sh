@@ -14,7 +14,7 @@ cleanup() {
 trap cleanup EXIT
 (cd "$root" && go build -o "$tmp/longhaul" ./cmd/longhaul)
 port=$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
-"$tmp/longhaul" serve --fake-backend --host 127.0.0.1 --port "$port" --api-key test-key 2>"$tmp/server.log" &
+"$tmp/longhaul" serve --fake-backend --host 127.0.0.1 --port "$port" --api-key test-key --allow-path /tmp 2>"$tmp/server.log" &
 pid=$!
 if ! LONGHAUL_URL="http://127.0.0.1:$port" LONGHAUL_API_KEY=test-key node "$here/test.mjs"; then
   echo "--- server log ---" >&2

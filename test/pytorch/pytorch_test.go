@@ -231,7 +231,9 @@ func TestSIGKILLRestart(t *testing.T) {
 
 	ck := filepath.Join(t.TempDir(), "ck")
 	p := start(t, dir)
-	c := remote.New(p.url, remote.Options{})
+	// A short outage limit: the client waits for a trainer that is gone,
+	// then reports it (a longer one waits for the restart instead).
+	c := remote.New(p.url, remote.Options{MaxOutage: 3 * time.Second, MinBackoff: 50 * time.Millisecond})
 	run(t, c, 0, 3, 2, ck)
 	// A big step keeps the trainer busy; kill it mid-step.
 	errc := make(chan error, 1)
