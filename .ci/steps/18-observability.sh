@@ -21,7 +21,8 @@ pid=$!
 step=0
 for _ in $(seq 1 600); do
   step=$(timeout 5 curl -sf "http://127.0.0.1:$port/metrics" | awk '$1 == "longhaul_train_step" {print int($2)}' || true)
-  [ "${step:-0}" -ge 3 ] && break
+  # step 3 reached and at least one plain progress line printed (1 s clock)
+  [ "${step:-0}" -ge 3 ] && grep -q '^progress: ' "$work/out1" && break
   sleep 0.2
 done
 [ "${step:-0}" -ge 3 ] || { echo "no step 3 on /metrics"; cat "$work/out1"; exit 1; }
@@ -30,7 +31,9 @@ for m in longhaul_rollouts_in_flight longhaul_runlog_append_duration_seconds_cou
          'longhaul_generator_call_duration_seconds_count{server="embedded"}' longhaul_train_entropy; do
   grep -q "^$m" "$work/scrape" || { echo "scrape lacks $m"; exit 1; }
 done
-kill -INT "$pid"
+# The signal goes to train itself: timeout(1) would pass it on to train
+# and then to its whole process group, a second interrupt.
+pkill -INT -P "$pid"
 wait "$pid" || { echo "SIGINT: exit $?, want 0"; cat "$work/out1"; exit 1; }
 grep -q 'resume with:' "$work/out1" || { echo "no resume command"; cat "$work/out1"; exit 1; }
 grep -q '^progress: ' "$work/out1" || { echo "no plain progress lines"; cat "$work/out1"; exit 1; }
