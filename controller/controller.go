@@ -207,13 +207,20 @@ func (c *Controller) loop(ctx context.Context) error {
 }
 
 // dataEnded reports whether step k got no prompt because run.max_epochs
-// ran out: the run ends before it.
+// ran out: the run ends before it. A step past the data that holds only
+// retried groups which were then dropped for good has nothing to train
+// either.
 func (c *Controller) dataEnded(k int64) bool {
 	if c.cfg.Run.MaxEpochs <= 0 {
 		return false
 	}
 	groups, _ := c.groupsFor(k)
-	return len(groups) == 0
+	for _, g := range groups {
+		if g.AdmittedFor == k || g.Status != runlog.GroupStatusDropped {
+			return false
+		}
+	}
+	return true
 }
 
 // endOfData ends a run that stopped at run.max_epochs before step k: the

@@ -213,9 +213,19 @@ func admissions(st *runlog.State, s int64, cfg *config.Config, order *data.Order
 	for range max(0, cfg.GRPO.NumPromptsPerStep-len(groups)+len(replaced)) {
 		need = append(need, 0)
 	}
-	if cfg.RolloutFailure.OnDroppedPrompt == "replace" {
+	switch cfg.RolloutFailure.OnDroppedPrompt {
+	case "replace":
 		for _, g := range groups {
 			if g.Status == runlog.GroupStatusDropped && !replaced[g.ID] {
+				need = append(need, g.ID)
+			}
+		}
+	case "retry":
+		// A group requeued to a later step trains there; its own step gets
+		// a spare in its place, so a step whose groups all failed still
+		// trains (rather than falling under min_step_batch_fraction).
+		for _, g := range groups {
+			if g.ForStep != s && !replaced[g.ID] {
 				need = append(need, g.ID)
 			}
 		}

@@ -511,8 +511,10 @@ func applyAdmit(s *State, v PromptAdmitted) error {
 		return invalid("group %s admitted twice", v.Group)
 	}
 	if v.Replaces != 0 {
-		if r := s.Groups[v.Replaces]; r == nil || r.Status != GroupStatusDropped {
-			return invalid("prompt %q replaces group %s, which is not dropped", v.PromptID, v.Replaces)
+		// A spare takes the place of a dropped group, or of one requeued to
+		// a later step (on_dropped_prompt: retry) in the step it left.
+		if r := s.Groups[v.Replaces]; r == nil || (r.Status != GroupStatusDropped && r.ForStep == r.AdmittedFor) {
+			return invalid("prompt %q replaces group %s, which is neither dropped nor requeued", v.PromptID, v.Replaces)
 		}
 	}
 	switch {
