@@ -330,15 +330,15 @@ func (m *Model) checkSeq(s *Sequence, lc LossConfig) (int, error) {
 	return c, nil
 }
 
-// tokenLoss is the loss of one trained token with logprob lp, and its
+// TokenLoss is the loss of one trained token with logprob lp, and its
 // derivative with respect to lp.
 //
 // pg: ratio r = exp(lp − old); loss = max(−A·r, −A·clip(r, 1−lo, 1+hi)),
 // the PPO clipped surrogate (the gradient is 0 where the clipped term wins);
 // plus KLCoef·k3 with k3 = exp(ref−lp) − (ref−lp) − 1
 // (http://joschu.net/blog/kl-approx.html).
-// sft: loss = −lp.
-func tokenLoss(lc *LossConfig, lp float64, s *Sequence, i int) (loss, dlp float64, clipped bool, kl float64) {
+// sft: loss = −lp. Every model family trains with this one definition.
+func TokenLoss(lc *LossConfig, lp float64, s *Sequence, i int) (loss, dlp float64, clipped bool, kl float64) {
 	if lc.Kind == LossSFT {
 		return -lp, -1, false, 0
 	}
@@ -374,7 +374,7 @@ func (m *Model) lossGrad(ws *workspace, s *Sequence, lc LossConfig, w float64, s
 		lse, sum := logSumExp(row, ws.e)
 		tok := s.Tokens[t]
 		lp := float64(row[tok] - lse)
-		loss, dlp, clipped, kl := tokenLoss(&lc, lp, s, t)
+		loss, dlp, clipped, kl := TokenLoss(&lc, lp, s, t)
 		st.loss += w * loss
 		st.kl += kl
 		if clipped {

@@ -211,31 +211,6 @@ func (m *Model) checkSeq(s *model.Sequence, lc model.LossConfig) (int, error) {
 	return c, nil
 }
 
-// tokenLoss is model's per-token loss (docs/model.md "Losses") and its
-// derivative with respect to the token's logprob lp.
-func tokenLoss(lc *model.LossConfig, lp float64, s *model.Sequence, i int) (loss, dlp float64, clipped bool, kl float64) {
-	if lc.Kind == model.LossSFT {
-		return -lp, -1, false, 0
-	}
-	a := float64(s.Advantages[i])
-	r := math.Exp(lp - float64(s.OldLogprobs[i]))
-	rc := math.Min(math.Max(r, 1-float64(lc.ClipLow)), 1+float64(lc.ClipHigh))
-	u, v := -a*r, -a*rc
-	if v > u {
-		loss, clipped = v, true
-	} else {
-		loss, dlp = u, -a*r
-	}
-	if lc.KLCoef != 0 {
-		delta := float64(s.RefLogprobs[i]) - lp
-		e := math.Exp(delta)
-		kl = e - delta - 1
-		loss += float64(lc.KLCoef) * kl
-		dlp += float64(lc.KLCoef) * (1 - e)
-	}
-	return loss, dlp, clipped, kl
-}
-
 // lossGrad adds one forwarded sequence's loss to st and writes dlogits:
 // row t−1 gets w·dlp·(onehot(tok_t) − softmax(row)).
 func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, w float64, st *shardStats) {
@@ -248,7 +223,7 @@ func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, 
 		row := ws.logits[(t-1)*V : t*V]
 		lse, sum := logSumExp(row, ws.e)
 		tok := s.Tokens[t]
-		loss, dlp, clipped, kl := tokenLoss(&lc, float64(row[tok]-lse), s, t)
+		loss, dlp, clipped, kl := model.TokenLoss(&lc, float64(row[tok]-lse), s, t)
 		st.loss += w * loss
 		st.kl += kl
 		if clipped {
