@@ -59,7 +59,7 @@ func resumeConfig() *config.Config {
 // resumeDataset is runner.Dataset for the builtin source (runner imports
 // controller, so the test cannot import runner).
 func resumeDataset(cfg *config.Config, reg *env.Registry) (data.Dataset, error) {
-	params, err := EnvParams(cfg)
+	params, err := cfg.EnvParamsJSON()
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func runToHold(tb testing.TB, dir string, hold uint32, snapshot bool) resumeRun 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c, err := New(Options{Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g,
+	c, err := New(Options{Config: *ctl(tb, cfg), RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g,
 		Trainer: noTrainer{}, Publish: noPublish})
 	if err != nil {
 		tb.Fatal(err)
@@ -187,11 +187,11 @@ func runToHold(tb testing.TB, dir string, hold uint32, snapshot bool) resumeRun 
 	}
 	rr.build = time.Since(g.start)
 	done := make(chan error, 1)
-	go func() { done <- c.generateStep(ctx, 1) }()
+	go func() { done <- c.loop(ctx) }()
 	select {
 	case <-g.all:
 	case err := <-done:
-		tb.Fatalf("generateStep ended before every rollout reached call %d: %v", hold, err)
+		tb.Fatalf("the loop ended before every rollout reached call %d: %v", hold, err)
 	case <-time.After(50 * time.Second):
 		tb.Fatalf("timeout: %d of %d rollouts reached call %d", g.held.Load(), g.want, hold)
 	}
@@ -199,7 +199,7 @@ func runToHold(tb testing.TB, dir string, hold uint32, snapshot bool) resumeRun 
 	rr.wrong = g.wrongIdx.Load()
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		tb.Fatalf("generateStep: %v", err)
+		tb.Fatalf("loop: %v", err)
 	}
 	rl.View(func(s *runlog.State) { rr.events, rr.compactions = s.Applied, s.Counts[runlog.KindCompaction] })
 	if snapshot {

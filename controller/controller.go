@@ -13,28 +13,31 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
-	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/controller/ctlconfig"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/runlog"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
+// Config is the controller's typed configuration, built from the run
+// config in one place (internal/config/packages.go, Controller).
+type Config = ctlconfig.Config
+
 // Options are the controller's dependencies.
 type Options struct {
-	Config  *config.Config
+	Config  Config
 	RunDir  string
 	Log     *runlog.Log
 	Dataset data.Dataset
@@ -79,20 +82,14 @@ type Progress struct {
 // Controller runs one run.
 type Controller struct {
 	o     Options
-	cfg   *config.Config
+	cfg   *Config
 	log   *slog.Logger
 	order *data.Order
 	now   func() time.Time
-	// envParams is env.params as JSON, for every environment the run makes.
-	envParams json.RawMessage
-	start     time.Time
+	start time.Time
 
 	version  atomic.Int64 // the version the generator serves
 	inFlight atomic.Int64
-
-	// versionCond wakes the throughput producer when a version is published.
-	mu          sync.Mutex
-	versionCond *sync.Cond
 
 	// events caches, per rollout, exactly the events this process made
 	// durable for it (seeded from the log when its attempt starts), so a
@@ -103,7 +100,10 @@ type Controller struct {
 	evMu   sync.Mutex
 	events map[runlog.RolloutID][]runlog.Event
 
-	planner planner // generation rounds (Ready/Advance); used only by the goroutine that generates
+	planner planner // Ready/Advance; used only by the effect loop
+	// stepMetrics is the last trained step's row, for the checkpoint's
+	// metric (checkpointing.metric); owned by the effect loop.
+	stepMetrics metrics.Step
 
 	genTime     atomic.Int64 // nanoseconds spent generating since the last step
 	lateResults atomic.Int64 // events of fenced attempts, refused by the log
@@ -113,7 +113,7 @@ type Controller struct {
 
 // New checks the options and returns a controller.
 func New(o Options) (*Controller, error) {
-	if o.Config == nil || o.Log == nil || o.Dataset == nil || o.Envs == nil || o.Generator == nil || o.Trainer == nil || o.Publish == nil {
+	if o.Log == nil || o.Dataset == nil || o.Envs == nil || o.Generator == nil || o.Trainer == nil || o.Publish == nil {
 		return nil, errors.New("controller: missing dependency")
 	}
 	if o.Logger == nil {
@@ -125,17 +125,17 @@ func New(o Options) (*Controller, error) {
 	if o.Crash == nil {
 		o.Crash = func(string) {}
 	}
-	order, err := data.NewOrder(o.Dataset, o.Config.Run.Seed, o.Config.Data.Shuffle)
+	if o.Config.Run.MaxSteps < 0 || o.Config.GRPO.NumPromptsPerStep <= 0 || o.Config.GRPO.NumGenerationsPerPrompt <= 0 ||
+		o.Config.Checkpointing.Enabled && o.Config.Checkpointing.SavePeriod <= 0 {
+		return nil, errors.New("controller: config not built from a validated run config (config.Controller)")
+	}
+	order, err := data.NewOrder(o.Dataset, o.Config.Run.Seed, o.Config.Shuffle)
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	params, err := EnvParams(o.Config)
-	if err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
-	c := &Controller{o: o, cfg: o.Config, log: o.Logger, order: order, now: o.Now, envParams: params,
+	cfg := o.Config
+	c := &Controller{o: o, cfg: &cfg, log: o.Logger, order: order, now: o.Now,
 		events: map[runlog.RolloutID][]runlog.Event{}}
-	c.versionCond = sync.NewCond(&c.mu)
 	return c, nil
 }
 
@@ -157,146 +157,15 @@ func (c *Controller) view() (st struct {
 // Run runs (or resumes) the run to run.max_steps.
 func (c *Controller) Run(ctx context.Context) error {
 	c.start = c.now()
-	st := c.view()
-	if !st.started {
-		if _, err := c.o.Log.Append(ctx, runlog.RunStarted{ConfigDigest: config.Digest(c.cfg), Seed: c.cfg.Run.Seed, Mode: c.cfg.Run.Mode}); err != nil {
+	if !c.view().started {
+		if _, err := c.o.Log.Append(ctx, runlog.RunStarted{ConfigDigest: c.cfg.Digest, Seed: c.cfg.Run.Seed, Mode: c.cfg.Run.Mode}); err != nil {
 			return err
 		}
 	}
 	if err := c.restore(ctx); err != nil {
 		return err
 	}
-	stopSnap := c.snapshotter(ctx)
-	defer stopSnap()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stopWatch := c.watchdog(ctx, cancel)
-	defer stopWatch()
-	err := c.loop(ctx)
-	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrStalled) {
-		return cause
-	}
-	return err
+	return c.loop(ctx)
 }
 
-func (c *Controller) loop(ctx context.Context) error {
-	first := c.view().step + 1
-	max := int64(c.cfg.Run.MaxSteps)
-	lag := int64(c.cfg.Run.MaxLag)
-	if c.cfg.Run.Mode == "throughput" {
-		return c.runThroughput(ctx, first, max, lag)
-	}
-	for k := first; k <= max; k++ {
-		// Generation looks lag steps ahead even past max_steps, so that a
-		// run resumed with a larger run.max_steps generates those steps with
-		// the version the schedule names (k-1-lag), exactly as a longer run
-		// would have.
-		for s := k; s <= k+lag; s++ {
-			if err := c.generateStep(ctx, s); err != nil {
-				return err
-			}
-		}
-		if c.dataEnded(k) {
-			return c.endOfData(ctx, k)
-		}
-		if err := c.trainStep(ctx, k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// dataEnded reports whether step k got no prompt because run.max_epochs
-// ran out: the run ends before it. A step past the data that holds only
-// retried groups which were then dropped for good has nothing to train
-// either.
-func (c *Controller) dataEnded(k int64) bool {
-	if c.cfg.Run.MaxEpochs <= 0 {
-		return false
-	}
-	groups, _ := c.groupsFor(k)
-	for _, g := range groups {
-		if g.AdmittedFor == k || g.Status != runlog.GroupStatusDropped {
-			return false
-		}
-	}
-	return true
-}
-
-// endOfData ends a run that stopped at run.max_epochs before step k: the
-// last trained step gets the final checkpoint that max_steps would have
-// given it (unless it has one).
-func (c *Controller) endOfData(ctx context.Context, k int64) error {
-	var last int64
-	var covered bool
-	c.o.Log.View(func(s *runlog.State) {
-		last = s.Step
-		for _, cp := range s.Checkpoints {
-			covered = covered || cp.Step == last
-		}
-	})
-	c.log.Info("run.max_epochs reached: the data is used up", "epochs", c.cfg.Run.MaxEpochs, "last_step", last, "next_step", k)
-	if c.cfg.Checkpointing.Enabled && last > 0 && !covered {
-		return c.checkpoint(ctx, last, nil)
-	}
-	return nil
-}
-
-// runThroughput generates ahead of training in a second goroutine: step s
-// may start once version s-1-lag is published, so generation never waits
-// for a step it does not depend on.
-func (c *Controller) runThroughput(ctx context.Context, first, max, lag int64) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ready := make([]chan struct{}, max+2)
-	for i := range ready {
-		ready[i] = make(chan struct{})
-	}
-	go func() {
-		for s := first; s <= max; s++ {
-			c.mu.Lock()
-			for c.version.Load() < s-1-lag && ctx.Err() == nil {
-				c.versionCond.Wait()
-			}
-			c.mu.Unlock()
-			if ctx.Err() != nil {
-				return
-			}
-			if err := c.generateStep(ctx, s); err != nil {
-				cancel(err)
-				return
-			}
-			close(ready[s])
-		}
-	}()
-	stop := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		c.versionCond.Broadcast()
-		c.mu.Unlock()
-	})
-	defer stop()
-	for k := first; k <= max; k++ {
-		select {
-		case <-ready[k]:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		if c.dataEnded(k) {
-			return c.endOfData(ctx, k)
-		}
-		if err := c.checkStaleness(k, lag); err != nil {
-			return err
-		}
-		if err := c.trainStep(ctx, k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (c *Controller) setVersion(v int64) {
-	c.mu.Lock()
-	c.version.Store(v)
-	c.versionCond.Broadcast()
-	c.mu.Unlock()
-}
+func (c *Controller) setVersion(v int64) { c.version.Store(v) }

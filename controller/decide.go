@@ -2,13 +2,13 @@ package controller
 
 import (
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"math"
 	"strings"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/controller/ctlconfig"
 	"github.com/longhaul-rl/longhaul/data"
-	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -33,7 +33,7 @@ type attemptPlan struct {
 // environment diverged on replay or it is being regenerated, after a
 // backoff when the last failure was infra), or give up when a failure
 // class used up rollout_failure's attempts.
-func nextAttempt(r *runlog.Rollout, rf config.RolloutFailure, seed uint64) attemptPlan {
+func nextAttempt(r *runlog.Rollout, rf ctlconfig.RolloutFailure, seed uint64) attemptPlan {
 	switch r.Status {
 	case runlog.StatusSealed:
 		return attemptPlan{done: true}
@@ -54,7 +54,7 @@ func nextAttempt(r *runlog.Rollout, rf config.RolloutFailure, seed uint64) attem
 
 // exhausted reports whether a failed rollout used up one class's attempts
 // in its current budget round.
-func exhausted(r *runlog.Rollout, rf config.RolloutFailure) bool {
+func exhausted(r *runlog.Rollout, rf ctlconfig.RolloutFailure) bool {
 	return r.Status == runlog.StatusFailed &&
 		(int(r.InfraFailures) >= rf.MaxInfraAttempts || int(r.DataFailures) >= rf.MaxDataAttempts)
 }
@@ -73,7 +73,7 @@ func diverged(r *runlog.Rollout) bool {
 // min(base·2^(n-1), cap), scaled by a jitter in [0.5, 1) drawn from the
 // attempt's id, so retries of many rollouts spread out but a run replays
 // alike.
-func backoff(rf config.RolloutFailure, seed uint64, id runlog.RolloutID, attempt, n uint32) time.Duration {
+func backoff(rf ctlconfig.RolloutFailure, seed uint64, id runlog.RolloutID, attempt, n uint32) time.Duration {
 	d := math.Min(rf.BackoffBaseS*math.Pow(2, float64(n)-1), rf.BackoffCapS)
 	d *= 0.5 + 0.5*rng.Stream(seed, "backoff", uint64(id.Group), uint64(id.Member), uint64(attempt)).Float64()
 	return time.Duration(d * float64(time.Second))
@@ -84,7 +84,7 @@ func backoff(rf config.RolloutFailure, seed uint64, id runlog.RolloutID, attempt
 // the group is requeued retry_delay_steps later (its sealed members and
 // logged calls are kept, its failed members get a new budget round);
 // otherwise it is dropped for good (and shrink or replace takes over).
-func groupFate(g *runlog.Group, rf config.RolloutFailure, class, reason string) runlog.Event {
+func groupFate(g *runlog.Group, rf ctlconfig.RolloutFailure, class, reason string) runlog.Event {
 	if rf.OnDroppedPrompt == "retry" && int(g.Retries) < rf.MaxGroupRetries {
 		return runlog.GroupRequeued{Group: g.ID, Step: g.ForStep + int64(max(1, rf.RetryDelaySteps)), Class: class, Reason: reason}
 	}
@@ -166,7 +166,7 @@ func stepRetryStats(trained, dropped []*runlog.Group) retryStats {
 // running or with attempts left) gets: GroupCommitted when every member is
 // sealed, else the fate of a group with an exhausted member (groupFate).
 // It returns nil while a member can still make progress.
-func groupOutcome(g *runlog.Group, rf config.RolloutFailure) runlog.Event {
+func groupOutcome(g *runlog.Group, rf ctlconfig.RolloutFailure) runlog.Event {
 	if g.Status != runlog.GroupStatusOpen {
 		return nil
 	}
@@ -195,7 +195,7 @@ func groupOutcome(g *runlog.Group, rf config.RolloutFailure) runlog.Event {
 // run.max_epochs holds them all), and with on_dropped_prompt: replace one
 // spare per dropped group that has none yet. The cursor rolls over into
 // the next epoch's shuffle at an epoch's end.
-func admissions(st *runlog.State, s int64, cfg *config.Config, order *data.Order) ([]runlog.Event, error) {
+func admissions(st *runlog.State, s int64, cfg *Config, order *data.Order) ([]runlog.Event, error) {
 	var groups []*runlog.Group
 	for _, id := range st.Order {
 		if g := st.Groups[id]; g.AdmittedFor == s {

@@ -15,8 +15,8 @@ import (
 //
 //	go test ./controller -run '^$' -bench Decide -benchmem
 func BenchmarkDecide(b *testing.B) {
-	cfg := testConfig(b, "data.num_prompts=4096", "grpo.num_prompts_per_step=1250", "grpo.num_generations_per_prompt=8")
-	ds := data.NewGenerated(cfg.Data.NumPrompts, func(i int) (data.Prompt, error) {
+	cfg := ctl(b, testConfig(b, "data.num_prompts=4096", "grpo.num_prompts_per_step=1250", "grpo.num_generations_per_prompt=8"))
+	ds := data.NewGenerated(4096, func(i int) (data.Prompt, error) {
 		return data.Prompt{ID: "p", Task: []byte(`{}`)}, nil
 	})
 	order, _ := data.NewOrder(ds, cfg.Run.Seed, true)

@@ -9,7 +9,7 @@ import (
 )
 
 func TestNextAttempt(t *testing.T) {
-	rf := config.Default().RolloutFailure // 4 infra, 2 data attempts
+	rf := ctl(t, config.Default()).RolloutFailure // 4 infra, 2 data attempts
 	failed := func(infra, data uint32, class, reason string) runlog.Rollout {
 		return runlog.Rollout{Status: runlog.StatusFailed, Attempt: infra + data, InfraFailures: infra, DataFailures: data,
 			Failures: infra + data, LastFailure: runlog.Failure{Class: class, Reason: reason}}

@@ -1,18 +1,19 @@
 package controller
 
-// This file holds generation: admitting a step's prompts, running its open
-// groups to an outcome, and the run-wide drop caps.
+// This file holds the generation effect (running a launched group's
+// members until each seals or uses up its attempts), the prompt's task,
+// and the run-wide drop caps.
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -27,87 +28,6 @@ func (c *Controller) groupsFor(s int64) (out []*runlog.Group, cursor data.Cursor
 		cursor = c.order.Normalize(data.Cursor{Epoch: st.Epoch, Pos: st.NextCursor})
 	})
 	return out, cursor
-}
-
-// generateStep admits step s's prompts (those not admitted yet) and runs
-// every unfinished member of its groups to a seal, then commits the groups.
-// A group whose member used up its attempts is dropped; with
-// rollout_failure.on_dropped_prompt: replace a spare prompt from the cursor
-// takes its place. It is idempotent, which is what resume relies on.
-func (c *Controller) generateStep(ctx context.Context, s int64) error {
-	t0 := c.now()
-	defer func() { c.genTime.Add(int64(c.now().Sub(t0))) }()
-	for {
-		var rd Ready
-		var err error
-		c.o.Log.View(func(st *runlog.State) { rd, err = c.planner.Take(st, s, c.cfg, c.order) })
-		if err != nil {
-			return err
-		}
-		if err := c.perform(ctx, rd); err != nil {
-			return err
-		}
-		c.planner.Advance()
-		if err := c.checkDropCaps(); err != nil {
-			return err
-		}
-		if len(rd.Launch) == 0 {
-			return nil
-		}
-	}
-}
-
-// perform carries out a Ready: its events in one atomic append first,
-// then its groups, each run to an outcome that it appends itself.
-func (c *Controller) perform(ctx context.Context, rd Ready) error {
-	regen := 0
-	for _, ev := range rd.Append {
-		switch e := ev.(type) {
-		case runlog.PromptAdmitted:
-			if e.Replaces != 0 {
-				c.log.Warn("replacing a dropped prompt with a spare", "dropped", e.Replaces, "spare", e.PromptID, "step", rd.Step)
-			}
-		case runlog.RolloutRegenerated:
-			regen++
-		}
-	}
-	if len(rd.Append) > 0 {
-		if _, err := c.o.Log.Append(ctx, rd.Append...); err != nil {
-			return err
-		}
-	}
-	if regen > 0 {
-		c.log.Warn("regenerating stale members of retried groups", "step", rd.Step, "members", regen)
-		c.regenerated.Add(int64(regen))
-	}
-	groups := make([]*runlog.Group, 0, len(rd.Launch))
-	c.o.Log.View(func(st *runlog.State) {
-		for _, id := range rd.Launch {
-			groups = append(groups, st.Groups[id].Clone())
-		}
-	})
-	var wg sync.WaitGroup
-	errs := make(chan error, len(groups))
-	for _, g := range groups {
-		task, err := c.task(g)
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.runGroup(ctx, g, task); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	return errors.Join(all...)
 }
 
 // ErrTooManyDropped is returned when dropped prompts exceed a run-wide cap.
@@ -176,7 +96,7 @@ func (c *Controller) task(g *runlog.Group) (env.Task, error) {
 		return env.Task{}, fmt.Errorf("controller: task of prompt %q: %w", p.ID, err)
 	}
 	if t.Env == "" {
-		t.Env = c.cfg.Env.Name
+		t.Env = c.cfg.EnvName
 	}
 	if t.ID == "" {
 		t.ID = p.ID
@@ -204,27 +124,9 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 			return errors.Join(errs...)
 		}
 	}
-	// The outcome is read back from the log: the members' goroutines
-	// report only by appending.
-	var ev runlog.Event
-	var cur runlog.Group
-	c.o.Log.View(func(st *runlog.State) {
-		gs := st.Groups[g.ID]
-		cur = *gs
-		ev = groupOutcome(gs, c.cfg.RolloutFailure)
-	})
-	switch e := ev.(type) {
-	case nil:
-		return fmt.Errorf("controller: group %s: members finished but the log has no outcome for it", g.ID)
-	case runlog.GroupRequeued:
-		c.log.Warn("retrying a prompt group in a later step: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
-			"step", cur.ForStep, "to_step", e.Step, "retry", cur.Retries+1, "class", e.Class, "err", e.Reason)
-	case runlog.GroupDropped:
-		c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
-			"class", e.Class, "retries", cur.Retries, "err", e.Reason)
-	}
-	_, err := c.o.Log.Append(ctx, ev)
-	return err
+	// The group's outcome is the planner's to decide, from the log: the
+	// members reported only by appending.
+	return nil
 }
 
 // exhaustedError is a member that used up its attempt budget: its group

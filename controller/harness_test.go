@@ -135,6 +135,17 @@ func testConfig(t testing.TB, overrides ...string) *config.Config {
 	return cfg
 }
 
+// ctl maps a run config to the controller's typed config, as the runner
+// does (config.Controller).
+func ctl(t testing.TB, cfg *config.Config) *Config {
+	t.Helper()
+	c, err := cfg.Controller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
 // harness holds what survives a crash: the run directory, the generator's
 // counters and the trainer (which stands for the checkpointed weights;
 // checkpoints are off, so a resume rewinds to 0 and retrains).
@@ -153,7 +164,7 @@ type harness struct {
 
 func newHarness(t testing.TB, cfg *config.Config) *harness {
 	reg := env.Builtin()
-	params, _ := EnvParams(cfg)
+	params, _ := cfg.EnvParamsJSON()
 	seed := rng.Derive(cfg.Run.Seed, "dataset")
 	ds := data.NewGenerated(cfg.Data.NumPrompts, func(i int) (data.Prompt, error) {
 		tk, err := reg.Task(cfg.Env.Name, params, seed, i)
@@ -183,7 +194,7 @@ func (h *harness) run(ctx context.Context) error {
 		h.t.Fatal(err)
 	}
 	defer mw.Close()
-	c, err := New(Options{Config: h.cfg, RunDir: h.dir, Log: l, Dataset: h.ds, Envs: h.reg, Generator: h.gen,
+	c, err := New(Options{Config: *ctl(h.t, h.cfg), RunDir: h.dir, Log: l, Dataset: h.ds, Envs: h.reg, Generator: h.gen,
 		Trainer: h.tr, Publish: func(_ context.Context, v int64) error { h.published.Store(v); return nil }, Metrics: mw})
 	if err != nil {
 		h.t.Fatal(err)

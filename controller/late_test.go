@@ -29,7 +29,7 @@ func TestLateResultIsRefusedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mw.Close()
-	c, err := New(Options{Config: cfg, RunDir: h.dir, Log: l, Dataset: h.ds, Envs: h.reg, Generator: h.gen,
+	c, err := New(Options{Config: *ctl(t, cfg), RunDir: h.dir, Log: l, Dataset: h.ds, Envs: h.reg, Generator: h.gen,
 		Trainer: h.tr, Publish: func(context.Context, int64) error { return nil }, Metrics: mw})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func TestLateResultIsRefusedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var adm []runlog.Event
-	l.View(func(st *runlog.State) { adm, err = admissions(st, 1, cfg, c.order) })
+	l.View(func(st *runlog.State) { adm, err = admissions(st, 1, c.cfg, c.order) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,22 +5,20 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
-	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
 )
 
 // runMember runs one rollout to its seal, resuming its current attempt
@@ -125,21 +123,22 @@ func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, 
 		}
 		return nil
 	})
-	sp := RolloutSpec(c.cfg, c.o.Envs, c.envParams, task, id, attempt,
+	sp := RolloutSpec(c.cfg, c.o.Envs, task, id, attempt,
 		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, seconds(c.cfg.RolloutFailure.CallTimeoutS)}, rec)
 	sp.Logger = c.log
 	if c.o.Chat != nil {
 		sp.Chat, sp.ToolParser = c.o.Chat, c.o.ToolParser
-		sp.History = bridge.History(c.cfg.Tokenizer.History)
-		sp.Render.Kwargs = c.cfg.Tokenizer.TemplateKwargs
+		sp.History = bridge.History(c.cfg.History)
+		sp.Render.Kwargs = c.cfg.TemplateKwargs
 	}
 	return sp
 }
 
 // RolloutSpec is the rollout spec the config implies for one attempt; the
 // controller and the warm start build their rollouts with it.
-func RolloutSpec(cfg *config.Config, reg *env.Registry, params json.RawMessage, task env.Task, id runlog.RolloutID,
+func RolloutSpec(cfg *Config, reg *env.Registry, task env.Task, id runlog.RolloutID,
 	attempt uint32, envSeed uint64, g gen.Generator, rec rollout.Recorder) rollout.Spec {
+	params := cfg.EnvParams
 	return rollout.Spec{
 		Seed: cfg.Run.Seed, Rollout: id, Attempt: attempt, Task: task,
 		EnvSeed:         envSeed,
@@ -151,21 +150,9 @@ func RolloutSpec(cfg *config.Config, reg *env.Registry, params json.RawMessage, 
 			ContextBudget: cfg.Rollout.ContextBudget, MaxSampledTokens: cfg.Rollout.MaxTokensPerRollout},
 		Sampling: rollout.Sampling{Temperature: float32(cfg.Sampling.Temperature), TopP: float32(cfg.Sampling.TopP),
 			TopK: cfg.Sampling.TopK},
-		Compaction:   cfg.CompactionConfig(),
+		Compaction:   cfg.Compaction,
 		MaxResamples: cfg.Rollout.MaxResamples,
 	}
-}
-
-// EnvParams is the JSON of env.params (nil when empty).
-func EnvParams(cfg *config.Config) (json.RawMessage, error) {
-	if len(cfg.Env.Params) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(cfg.Env.Params)
-	if err != nil {
-		return nil, fmt.Errorf("env.params: %w", err)
-	}
-	return b, nil
 }
 
 // countingGen counts generated tokens for the tokens/s figure and puts

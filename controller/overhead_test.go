@@ -77,7 +77,11 @@ func BenchmarkControllerPerCall(b *testing.B) {
 	}
 	defer l.Close()
 	g := overheadGen{toks: append(tokenizer.Encode("1+2=3"), tokenizer.End)}
-	c, err := controller.New(controller.Options{Config: cfg, RunDir: dir, Log: l, Dataset: ds, Envs: reg,
+	ccfg, err := cfg.Controller()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := controller.New(controller.Options{Config: ccfg, RunDir: dir, Log: l, Dataset: ds, Envs: reg,
 		Generator: g, Trainer: &overheadTrainer{},
 		Publish: func(context.Context, int64) error { return nil }})
 	if err != nil {

@@ -22,10 +22,13 @@ import (
 // seen as a fold of what came before. `go test ./controller -run
 // TestPlanScripts -rewrite` rewrites the expected outputs.
 //
-// Commands (one handler each): config KEY=VALUE...; plan step=N; admit step=N;
+// Commands (one handler each): config KEY=VALUE...; plan step=N (one
+// generation round); ready [now=SECONDS] [served=V] [running=G,G]
+// [training] [snapshotting] (the whole planner: a Ready, performed and
+// advanced); checkpoint step=N; admit step=N;
 // start; finish-call r=G/M [n=K]; seal r=G/M; fail-call r=G/M
 // class=infra|data [diverged]; drop g=G; retry g=G; commit g=G;
-// train step=N; crash; resume; stabilize step=N; epoch; stale step=N lag=L.
+// train step=N; seal-all step=N; crash; resume; stabilize step=N; epoch; stale step=N lag=L.
 // G is a group's index in admission order.
 
 var rewrite = flag.Bool("rewrite", false, "rewrite testdata/plan expected outputs")
@@ -93,6 +96,8 @@ func runScript(t *testing.T, path string) {
 type scenario struct {
 	t      *testing.T
 	cfg    *config.Config
+	cc     *Config // cfg mapped (config.Controller), after every config command
+	pl     planner // the ready command's planner: its clock memory lasts the script
 	order  *data.Order
 	st     *runlog.State
 	events []runlog.Event
@@ -104,7 +109,8 @@ func newScenario(t *testing.T) *scenario {
 	ds := data.NewGenerated(cfg.Data.NumPrompts, func(i int) (data.Prompt, error) {
 		return data.Prompt{ID: fmt.Sprint("p", i), Task: []byte(`{}`)}, nil
 	})
-	sc := &scenario{t: t, cfg: cfg, st: runlog.NewState()}
+	sc := &scenario{t: t, cfg: cfg, cc: ctl(t, cfg), st: runlog.NewState()}
+	sc.pl.start(t0)
 	sc.reorder(ds)
 	sc.apply(runlog.RunStarted{Seed: cfg.Run.Seed, Mode: "deterministic"})
 	return sc
@@ -164,6 +170,8 @@ func (sc *scenario) show(ev runlog.Event) string {
 		return fmt.Sprintf("GroupRequeued %s step=%d class=%s", sc.name(e.Group), e.Step, e.Class)
 	case runlog.RolloutRegenerated:
 		return "RolloutRegenerated " + sc.rname(e.Rollout)
+	case runlog.CheckpointDurable:
+		return fmt.Sprintf("CheckpointDurable step=%d", e.Step)
 	case runlog.StepTrained:
 		var gs []string
 		for _, g := range e.Groups {
@@ -176,7 +184,7 @@ func (sc *scenario) show(ev runlog.Event) string {
 
 func (sc *scenario) showPlan(id runlog.RolloutID) string {
 	r := sc.st.Rollout(id)
-	p := nextAttempt(r, sc.cfg.RolloutFailure, sc.cfg.Run.Seed)
+	p := nextAttempt(r, sc.cc.RolloutFailure, sc.cfg.Run.Seed)
 	what := "resume"
 	switch {
 	case p.done:
@@ -189,7 +197,7 @@ func (sc *scenario) showPlan(id runlog.RolloutID) string {
 		what = "new attempt"
 	}
 	return fmt.Sprintf("%s: %s (status %v, infra %d/%d, data %d/%d, backoff %t)", sc.rname(id), what, r.Status,
-		r.InfraFailures, sc.cfg.RolloutFailure.MaxInfraAttempts, r.DataFailures, sc.cfg.RolloutFailure.MaxDataAttempts, p.backoff > 0)
+		r.InfraFailures, sc.cc.RolloutFailure.MaxInfraAttempts, r.DataFailures, sc.cc.RolloutFailure.MaxDataAttempts, p.backoff > 0)
 }
 
 func args(fields []string) map[string]string {
@@ -238,10 +246,11 @@ func (sc *scenario) do(line string) string {
 		if err := sc.cfg.ApplyOverrides(fields[1:]); err != nil {
 			return "error: " + err.Error()
 		}
+		sc.cc = ctl(sc.t, sc.cfg)
 		return "ok"
 	case "admit":
 		step, _ := strconv.ParseInt(a["step"], 10, 64)
-		evs, err := admissions(sc.st, step, sc.cfg, sc.order)
+		evs, err := admissions(sc.st, step, sc.cc, sc.order)
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -253,17 +262,17 @@ func (sc *scenario) do(line string) string {
 		// One round of the planner, performed the way the effect loop does:
 		// Append first, then the groups to launch.
 		step, _ := strconv.ParseInt(a["step"], 10, 64)
-		var p planner
-		rd, err := p.Take(sc.st, step, sc.cfg, sc.order)
+		app, launch, err := genRound(sc.st, step, sc.cc, sc.order, nil)
 		if err != nil {
 			return "error: " + err.Error()
 		}
-		sc.emit(&b, rd.Append...)
-		var names []string
-		for _, id := range rd.Launch {
-			names = append(names, sc.name(id))
-		}
-		fmt.Fprintf(&b, "launch: [%s]", strings.Join(names, " "))
+		sc.emit(&b, app...)
+		fmt.Fprintf(&b, "launch: [%s]", sc.names(launch))
+	case "ready":
+		return sc.ready(a)
+	case "checkpoint":
+		step, _ := strconv.ParseInt(a["step"], 10, 64)
+		sc.emit(&b, runlog.CheckpointDurable{Step: step, Version: step, Path: fmt.Sprint("checkpoints/", step)})
 	case "start":
 		n := 0
 		for _, id := range sc.st.Order {
@@ -272,7 +281,7 @@ func (sc *scenario) do(line string) string {
 				continue
 			}
 			for _, m := range g.Members {
-				if p := nextAttempt(m, sc.cfg.RolloutFailure, sc.cfg.Run.Seed); p.start {
+				if p := nextAttempt(m, sc.cc.RolloutFailure, sc.cfg.Run.Seed); p.start {
 					sc.emit(&b, runlog.AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: sc.st.Version, Restart: p.restart})
 					n++
 				}
@@ -304,7 +313,7 @@ func (sc *scenario) do(line string) string {
 		fmt.Fprintln(&b, sc.showPlan(r.ID))
 	case "drop", "retry", "commit":
 		g := sc.group(a["g"])
-		ev := groupOutcome(g, sc.cfg.RolloutFailure)
+		ev := groupOutcome(g, sc.cc.RolloutFailure)
 		want := map[string]string{"drop": "runlog.GroupDropped", "retry": "runlog.GroupRequeued", "commit": "runlog.GroupCommitted"}[fields[0]]
 		if got := fmt.Sprintf("%T", ev); got != want {
 			fmt.Fprintf(&b, "decision is %s, not %s\n", got, want)
@@ -348,6 +357,26 @@ func (sc *scenario) do(line string) string {
 		if b.Len() == 0 {
 			return "nothing to resume"
 		}
+	case "seal-all":
+		// Every member of the step's open groups starts an attempt if it
+		// has none, makes one call and seals; the outcomes are left to the
+		// planner (ready).
+		step, _ := strconv.ParseInt(a["step"], 10, 64)
+		for _, id := range sc.st.Order {
+			g := sc.st.Groups[id]
+			if g.Status != runlog.GroupStatusOpen || g.ForStep != step {
+				continue
+			}
+			for _, m := range g.Members {
+				if p := nextAttempt(m, sc.cc.RolloutFailure, sc.cc.Run.Seed); p.start {
+					sc.emit(&b, runlog.AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: sc.st.Version, Restart: p.restart})
+				}
+				if m.Status == runlog.StatusRunning {
+					b.WriteString(sc.do(fmt.Sprintf("finish-call r=%s", sc.rname(m.ID))))
+					sc.emit(&b, runlog.RolloutSealed{Rollout: m.ID, Attempt: m.Attempt, Outcome: runlog.OutcomeCompleted, Reward: 1})
+				}
+			}
+		}
 	case "stabilize":
 		// Run every open group of the step to an outcome: attempts start,
 		// running members make one call and seal, outcomes are logged.
@@ -360,7 +389,7 @@ func (sc *scenario) do(line string) string {
 					continue
 				}
 				for _, m := range g.Members {
-					p := nextAttempt(m, sc.cfg.RolloutFailure, sc.cfg.Run.Seed)
+					p := nextAttempt(m, sc.cc.RolloutFailure, sc.cfg.Run.Seed)
 					switch {
 					case p.start:
 						sc.emit(&b, runlog.AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: sc.st.Version, Restart: p.restart})
@@ -371,7 +400,7 @@ func (sc *scenario) do(line string) string {
 						progressed = true
 					}
 				}
-				if ev := groupOutcome(g, sc.cfg.RolloutFailure); ev != nil {
+				if ev := groupOutcome(g, sc.cc.RolloutFailure); ev != nil {
 					sc.emit(&b, ev)
 					progressed = true
 				}
@@ -406,7 +435,8 @@ func (sc *scenario) do(line string) string {
 func TestReadyTakenTwicePanics(t *testing.T) {
 	sc := newScenario(t)
 	var p planner
-	if _, err := p.Take(sc.st, 1, sc.cfg, sc.order); err != nil {
+	in := Input{Now: t0}
+	if _, err := p.Take(sc.st, sc.cc, sc.order, in); err != nil {
 		t.Fatal(err)
 	}
 	func() {
@@ -415,10 +445,10 @@ func TestReadyTakenTwicePanics(t *testing.T) {
 				t.Fatal("taking a Ready twice without Advance did not panic")
 			}
 		}()
-		p.Take(sc.st, 1, sc.cfg, sc.order)
+		p.Take(sc.st, sc.cc, sc.order, in)
 	}()
 	p.Advance()
-	if _, err := p.Take(sc.st, 1, sc.cfg, sc.order); err != nil {
+	if _, err := p.Take(sc.st, sc.cc, sc.order, in); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,11 +4,16 @@ package config
 // packages that do the work: those packages take plain Go structs (no
 // yaml tags, no knowledge of the file's layout), and every caller
 // (controller, warm start, demos, run inspection) maps through here, so a
-// key is renamed in one file.
+// key is renamed in one file. The controller takes only its own typed
+// config (Controller), never the whole *Config.
 
 import (
+	"encoding/json"
+	"fmt"
+
 	"github.com/longhaul-rl/longhaul/advantage"
 	"github.com/longhaul-rl/longhaul/compaction"
+	"github.com/longhaul-rl/longhaul/controller/ctlconfig"
 	"github.com/longhaul-rl/longhaul/segment"
 )
 
@@ -34,4 +39,59 @@ func (c *Config) SegmentConfig() segment.Config {
 // AdvantageConfig maps grpo.estimator and grpo.credit.
 func (c *Config) AdvantageConfig() advantage.Config {
 	return advantage.Config{Estimator: c.GRPO.Estimator, Credit: c.GRPO.Credit}
+}
+
+// EnvParamsJSON is env.params as JSON (nil when empty), as every
+// environment of the run is made with.
+func (c *Config) EnvParamsJSON() (json.RawMessage, error) {
+	if len(c.Env.Params) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(c.Env.Params)
+	if err != nil {
+		return nil, fmt.Errorf("env.params: %w", err)
+	}
+	return b, nil
+}
+
+// Controller maps the keys the controller reads to its typed config.
+func (c *Config) Controller() (ctlconfig.Config, error) {
+	params, err := c.EnvParamsJSON()
+	if err != nil {
+		return ctlconfig.Config{}, err
+	}
+	rf := c.RolloutFailure
+	snap := 0.0
+	if c.RolloutCheckpointing.Enabled {
+		snap = c.RolloutCheckpointing.SnapshotAttemptIntervalS
+	}
+	return ctlconfig.Config{
+		Run: ctlconfig.Run{Seed: c.Run.Seed, Mode: c.Run.Mode, MaxSteps: c.Run.MaxSteps, MaxEpochs: c.Run.MaxEpochs,
+			MaxLag: c.Run.MaxLag, LogEvery: c.Run.LogEvery},
+		Shuffle: c.Data.Shuffle,
+		GRPO: ctlconfig.GRPO{NumPromptsPerStep: c.GRPO.NumPromptsPerStep, NumGenerationsPerPrompt: c.GRPO.NumGenerationsPerPrompt,
+			MicrobatchTokens: c.GRPO.MicrobatchTokens},
+		RolloutFailure: ctlconfig.RolloutFailure{MaxInfraAttempts: rf.MaxInfraAttempts, MaxDataAttempts: rf.MaxDataAttempts,
+			BackoffBaseS: rf.BackoffBaseS, BackoffCapS: rf.BackoffCapS, MaxSkippedPrompts: rf.MaxSkippedPrompts,
+			MaxConsecutiveDroppedPrompts: rf.MaxConsecutiveDroppedPrompts, MinStepBatchFraction: rf.MinStepBatchFraction,
+			OnDroppedPrompt: rf.OnDroppedPrompt, MaxGroupRetries: rf.MaxGroupRetries, RetryDelaySteps: rf.RetryDelaySteps,
+			StallTimeoutS: rf.StallTimeoutS, StallAction: rf.StallAction, CallTimeoutS: rf.CallTimeoutS,
+			RolloutTimeoutS: rf.RolloutTimeoutS},
+		Checkpointing: ctlconfig.Checkpointing{Enabled: c.Checkpointing.Enabled, Dir: c.Checkpointing.Dir,
+			SavePeriod: c.Checkpointing.SavePeriod, KeepLastK: c.Checkpointing.KeepLastK, KeepTopK: c.Checkpointing.KeepTopK,
+			Metric: c.Checkpointing.Metric, HigherIsBetter: c.Checkpointing.HigherIsBetter},
+		SnapshotIntervalS: snap,
+		EnvName:           c.Env.Name,
+		EnvParams:         params,
+		Rollout: ctlconfig.Rollout{MaxTurns: c.Rollout.MaxTurns, MaxTokensPerRollout: c.Rollout.MaxTokensPerRollout,
+			ContextBudget: c.Rollout.ContextBudget, MaxResamples: c.Rollout.MaxResamples},
+		Sampling: ctlconfig.Sampling{Temperature: c.Sampling.Temperature, TopP: c.Sampling.TopP, TopK: c.Sampling.TopK,
+			MaxTokensPerCall: c.Sampling.MaxTokensPerCall},
+		Compaction:     c.CompactionConfig(),
+		Segment:        c.SegmentConfig(),
+		Advantage:      c.AdvantageConfig(),
+		History:        c.Tokenizer.History,
+		TemplateKwargs: c.Tokenizer.TemplateKwargs,
+		Digest:         Digest(c),
+	}, nil
 }

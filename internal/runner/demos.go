@@ -82,7 +82,7 @@ func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int
 	if err != nil {
 		return nil, err
 	}
-	params, err := controller.EnvParams(cfg)
+	ccfg, err := cfg.Controller()
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int
 		}}
 		rec := &rollouttest.Recorder{}
 		id := runlog.RolloutID{Group: runlog.GroupID(i)}
-		spec := controller.RolloutSpec(cfg, reg, params, d.Task, id, 1, rng.Derive(seed, "env", uint64(i)), script, rec)
+		spec := controller.RolloutSpec(&ccfg, reg, d.Task, id, 1, rng.Derive(seed, "env", uint64(i)), script, rec)
 		res, err := rollout.Run(ctx, spec, nil)
 		if err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %s: %w", where, err)

@@ -173,9 +173,13 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	ccfg, err := cfg.Controller()
+	if err != nil {
+		return err
+	}
 	c, err := controller.New(controller.Options{
 		Chat: chat, ToolParser: parser,
-		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g, Trainer: parts.tr,
+		Config: ccfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g, Trainer: parts.tr,
 		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
 		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
 	})
@@ -232,7 +236,7 @@ func Dataset(cfg *config.Config, reg *env.Registry) (data.Dataset, error) {
 	case "jsonl":
 		return data.ReadJSONL(cfg.Data.Path)
 	case "builtin":
-		params, err := controller.EnvParams(cfg)
+		params, err := cfg.EnvParamsJSON()
 		if err != nil {
 			return nil, err
 		}

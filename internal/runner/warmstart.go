@@ -38,7 +38,11 @@ func Demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int) ([
 	if !ok {
 		return nil, fmt.Errorf("warmstart: environment %q has no demonstration oracle; set warmstart.data to a demonstrations file or warmstart.enabled: false", cfg.Env.Name)
 	}
-	params, err := controller.EnvParams(cfg)
+	params, err := cfg.EnvParamsJSON()
+	if err != nil {
+		return nil, err
+	}
+	ccfg, err := cfg.Controller()
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +65,7 @@ func Demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int) ([
 		}
 		rec := &rollouttest.Recorder{}
 		id := runlog.RolloutID{Group: runlog.GroupID(i)}
-		spec := controller.RolloutSpec(cfg, reg, params, task, id, 1, rng.Derive(seed, "env", uint64(i)), oracle, rec)
+		spec := controller.RolloutSpec(&ccfg, reg, task, id, 1, rng.Derive(seed, "env", uint64(i)), oracle, rec)
 		if _, err := rollout.Run(ctx, spec, nil); err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}

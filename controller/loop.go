@@ -1,0 +1,254 @@
+package controller
+
+// This file holds the effect loop: it takes a Ready from the planner,
+// performs it (events first, then effects), and waits in one select for an
+// effect to end or the clock to tick. Effects (a launched group, a
+// training step, a checkpoint, a snapshot) run in goroutines of their own
+// and report only by appending events to the log; what they send back on
+// the loop's channel is a wake-up naming which effect ended and whether it
+// failed outside the log (the run stops then).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/runlog"
+)
+
+// effect names what a goroutine of the loop did.
+type effect uint8
+
+const (
+	effGroup effect = iota
+	effTrain
+	effCheckpoint
+	effSnapshot
+)
+
+// ended is an effect's wake-up: which effect, and an error that is not in
+// the log (a failed append, a trainer error, a canceled context).
+type ended struct {
+	kind  effect
+	group runlog.GroupID
+	step  int64
+	ms    metrics.Step // effTrain: the step's row, for the checkpoint's metric
+	err   error
+}
+
+// loop runs the effect loop until the run ends or fails. On return every
+// effect it started has ended.
+func (c *Controller) loop(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	done := make(chan ended)
+	spawn := func(fn func() ended) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := fn()
+			select {
+			case done <- r:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	var tick <-chan time.Time
+	if every := c.tickEvery(); every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	in := Input{Running: map[runlog.GroupID]bool{}}
+	var genSince time.Time
+	c.planner.start(c.now())
+	for {
+		in.Now, in.Served = c.now(), c.version.Load()
+		var rd Ready
+		var err error
+		c.o.Log.View(func(st *runlog.State) { rd, err = c.planner.Take(st, c.cfg, c.order, in) })
+		if err != nil {
+			return err
+		}
+		if err := c.perform(ctx, &rd, &in, spawn); err != nil {
+			return err
+		}
+		c.planner.Advance()
+		if len(in.Running) > 0 && genSince.IsZero() {
+			genSince = c.now()
+		}
+		if rd.Done {
+			return c.finish(rd)
+		}
+		if len(rd.Append) > 0 {
+			// The appended events may enable more (a spare to admit, the
+			// next round): plan again at once.
+			continue
+		}
+		if len(in.Running) == 0 && !in.Training && rd.Empty() {
+			return fmt.Errorf("controller: nothing to do and nothing in flight before step %d (a planner bug)", c.view().step+1)
+		}
+		select {
+		case r := <-done:
+			switch r.kind {
+			case effGroup:
+				delete(in.Running, r.group)
+				if len(in.Running) == 0 {
+					c.genTime.Add(int64(c.now().Sub(genSince)))
+					genSince = time.Time{}
+				}
+			case effTrain:
+				in.Training = false
+				c.stepMetrics = r.ms
+			case effCheckpoint:
+				in.Training = false
+			case effSnapshot:
+				in.Snapshotting = false
+			}
+			if r.err != nil {
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				return r.err
+			}
+		case <-tick:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// tickEvery is how often the loop wakes without an effect ending: for the
+// watchdog and the snapshot interval (0: never).
+func (c *Controller) tickEvery() time.Duration {
+	every := time.Duration(0)
+	for _, d := range []time.Duration{durationS(c.cfg.RolloutFailure.StallTimeoutS) / 4, durationS(c.cfg.SnapshotIntervalS) / 4} {
+		if d > 0 && (every == 0 || d < every) {
+			every = d
+		}
+	}
+	if every > time.Second {
+		every = time.Second
+	}
+	return every
+}
+
+// perform carries out a Ready: its events in one atomic append first,
+// then its effects, each started in a goroutine that reports when it ends.
+func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn func(func() ended)) error {
+	if len(rd.Append) > 0 {
+		if err := c.appendDecisions(ctx, rd); err != nil {
+			return err
+		}
+	}
+	for _, id := range rd.Launch {
+		var g *runlog.Group
+		c.o.Log.View(func(st *runlog.State) { g = st.Groups[id].Clone() })
+		task, err := c.task(g)
+		if err != nil {
+			return err
+		}
+		in.Running[id] = true
+		spawn(func() ended { return ended{kind: effGroup, group: id, err: c.runGroup(ctx, g, task)} })
+	}
+	if rd.Train > 0 {
+		in.Training = true
+		k := rd.Train
+		spawn(func() ended {
+			ms, err := c.trainStep(ctx, k)
+			return ended{kind: effTrain, step: k, ms: ms, err: err}
+		})
+	}
+	if rd.Checkpoint {
+		in.Training = true
+		k := rd.CheckpointStep
+		var metric *float64
+		if c.stepMetrics.Step == k {
+			metric = metricValue(c.stepMetrics, c.cfg.Checkpointing.Metric)
+		}
+		spawn(func() ended { return ended{kind: effCheckpoint, step: k, err: c.checkpoint(ctx, k, metric)} })
+	}
+	if rd.Snapshot {
+		in.Snapshotting = true
+		spawn(func() ended { c.snapshot(ctx); return ended{kind: effSnapshot} })
+	}
+	if rd.Stall > 0 {
+		msg := c.stallReport(rd.Stall)
+		if c.cfg.RolloutFailure.StallAction == "abort" {
+			return fmt.Errorf("%w: %s", ErrStalled, msg)
+		}
+		c.log.Warn("run stalled", "detail", msg)
+	}
+	return nil
+}
+
+// appendDecisions appends a Ready's events in one atomic append, says
+// what they decide in the log, and enforces the drop caps once a group is
+// dropped.
+func (c *Controller) appendDecisions(ctx context.Context, rd *Ready) error {
+	regen, drops := 0, false
+	for _, ev := range rd.Append {
+		switch e := ev.(type) {
+		case runlog.PromptAdmitted:
+			if e.Replaces != 0 {
+				c.log.Warn("replacing a dropped prompt with a spare", "dropped", e.Replaces, "spare", e.PromptID, "step", rd.Step)
+			}
+		case runlog.RolloutRegenerated:
+			regen++
+		case runlog.GroupRequeued, runlog.GroupDropped:
+			drops = true
+			c.logOutcome(ev)
+		}
+	}
+	if _, err := c.o.Log.Append(ctx, rd.Append...); err != nil {
+		return err
+	}
+	if regen > 0 {
+		c.log.Warn("regenerating stale members of retried groups", "step", rd.Step, "members", regen)
+		c.regenerated.Add(int64(regen))
+	}
+	if drops {
+		return c.checkDropCaps()
+	}
+	return nil
+}
+
+// logOutcome says why a group is retried later or dropped.
+func (c *Controller) logOutcome(ev runlog.Event) {
+	var id runlog.GroupID
+	switch e := ev.(type) {
+	case runlog.GroupRequeued:
+		id = e.Group
+	case runlog.GroupDropped:
+		id = e.Group
+	}
+	var g runlog.Group
+	c.o.Log.View(func(st *runlog.State) { g = *st.Groups[id] })
+	switch e := ev.(type) {
+	case runlog.GroupRequeued:
+		c.log.Warn("retrying a prompt group in a later step: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+			"step", g.ForStep, "to_step", e.Step, "retry", g.Retries+1, "class", e.Class, "err", e.Reason)
+	case runlog.GroupDropped:
+		c.log.Warn("dropping a prompt group: a member used up its attempts", "group", g.ID, "prompt", g.PromptID,
+			"class", e.Class, "retries", g.Retries, "err", e.Reason)
+	}
+}
+
+// finish ends the run: at run.max_steps, or when run.max_epochs used up
+// the data (the last step's checkpoint is already written: the planner
+// made it due first).
+func (c *Controller) finish(rd Ready) error {
+	if rd.DataEnded {
+		var last int64
+		c.o.Log.View(func(s *runlog.State) { last = s.Step })
+		c.log.Info("run.max_epochs reached: the data is used up", "epochs", c.cfg.Run.MaxEpochs, "last_step", last, "next_step", rd.NextStep)
+	}
+	return nil
+}
+
+// ErrStalled is returned when the stall watchdog aborts the run.
+var ErrStalled = errors.New("controller: run stalled")
