@@ -25,7 +25,7 @@ type stepPlan struct {
 	ids      []runlog.GroupID // the trained groups, in admission order (StepTrained.Groups)
 	trained  []*runlog.Group
 	dropList []*runlog.Group // groups dropped for good while scheduled for the step
-	replaced int              // trained groups that stand in for dropped ones
+	replaced int             // trained groups that stand in for dropped ones
 	agg      metrics.StepAgg
 	// staleness of the trained calls: versions behind k-1.
 	staleMean float64
