@@ -3,15 +3,16 @@ package openai
 import (
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/httpclass"
+
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 )
 
-// Failure classes. Infra failures are worth retrying elsewhere or later;
-// data failures mean the request or the answer is wrong and a retry would
-// fail the same way.
+// Failure classes (internal/failclass, the one vocabulary). Infra
+// failures are worth retrying elsewhere or later; data failures mean the
+// request or the answer is wrong and a retry would fail the same way.
 const (
-	ClassInfra = "infra"
-	ClassData  = "data"
+	ClassInfra = failclass.Infra
+	ClassData  = failclass.Data
 )
 
 // Error is a failed call to a server.
@@ -56,9 +57,9 @@ func ClassOf(err error) string {
 	return ClassData
 }
 
-func classOfStatus(status int) string { return httpclass.Status(status) }
+func classOfStatus(status int) string { return failclass.Status(status) }
 
-func isInfra(err error) bool { return httpclass.IsInfra(err) }
+func isInfra(err error) bool { return failclass.IsInfra(err) }
 func dataErr(server string, status int, format string, args ...any) *Error {
 	return &Error{Class: ClassData, Status: status, Server: server, Err: fmt.Errorf(format, args...)}
 }

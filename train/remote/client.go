@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/httpclass"
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"io"
 	"net/http"
 	"strings"
@@ -16,11 +16,12 @@ import (
 	"github.com/longhaul-rl/longhaul/train"
 )
 
-// Failure classes, as in gen/openai: infra is worth retrying (timeouts,
-// connection errors, 5xx, 408, 429); data is not (other 4xx, bad answers).
+// Failure classes (internal/failclass, the one vocabulary): infra is
+// worth retrying (timeouts, connection errors, 5xx, 408, 429); data is not
+// (other 4xx, bad answers).
 const (
-	ClassInfra = "infra"
-	ClassData  = "data"
+	ClassInfra = failclass.Infra
+	ClassData  = failclass.Data
 )
 
 // Error is a failed trainer call.
@@ -54,7 +55,7 @@ func ClassOf(err error) string {
 	if errors.As(err, &e) {
 		return e.Class
 	}
-	if httpclass.IsInfra(err) {
+	if failclass.IsInfra(err) {
 		return ClassInfra
 	}
 	return ClassData
@@ -235,7 +236,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
 			msg = e.Error.Message
 		}
-		class := httpclass.Status(resp.StatusCode)
+		class := failclass.Status(resp.StatusCode)
 		err := errors.New(msg)
 		if resp.StatusCode == http.StatusConflict && e.Error.Code == "step_conflict" {
 			err = fmt.Errorf("%w: %s", ErrStepConflict, msg)
