@@ -64,7 +64,7 @@ func benchAppends(b *testing.B, opts Options) {
 func BenchmarkAppendGroupCommit64(b *testing.B) { benchAppends(b, Options{}) }
 func BenchmarkAppendFsyncEach64(b *testing.B)   { benchAppends(b, Options{NoGroupCommit: true}) }
 
-// BenchmarkBytesPerCall measures the bytes a call adds to the log (segment
+// BenchmarkBytesPerCall measures the bytes a call adds to the log (chunk
 // + pack) as a function of its new tokens.
 func BenchmarkBytesPerCall(b *testing.B) {
 	for _, n := range []struct{ suffix, sampled int }{{16, 16}, {128, 64}, {1024, 256}} {

@@ -10,7 +10,7 @@ import (
 	"sync"
 )
 
-// Blob store. Token arrays live in one pack file per log segment, each blob
+// Blob store. Token arrays live in one pack file per log chunk, each blob
 // framed as
 //
 //	[length u32 LE] [CRC32C u32 LE of sum+data] [sum: 16 bytes] [data]
@@ -27,12 +27,12 @@ const blobHeaderSize = 24
 // blobRef names a blob and where it lies.
 type blobRef struct {
 	Sum  [16]byte
-	Pack uint64 // base offset of the segment whose pack holds it
+	Pack uint64 // base offset of the chunk whose pack holds it
 	Off  uint64 // byte of its frame in the pack
 	Len  uint32 // data bytes
 }
 
-// packWriter stages the blobs of the segment being written: it hands out
+// packWriter stages the blobs of the chunk being written: it hands out
 // references and buffers the frames until the stager hands them off.
 type packWriter struct {
 	base  uint64

@@ -18,9 +18,9 @@ import (
 )
 
 const (
-	crashEnvDir     = "RUNLOG_CRASH_CHILD_DIR"
-	crashWriters    = 4
-	crashSegmentLen = 32 << 10
+	crashEnvDir   = "RUNLOG_CRASH_CHILD_DIR"
+	crashWriters  = 4
+	crashChunkLen = 32 << 10
 )
 
 // TestCrashChild is the child of TestCrashKill: it appends calls from
@@ -31,7 +31,7 @@ func TestCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("only runs as the child of TestCrashKill")
 	}
-	l, err := Open(context.Background(), dir, Options{SegmentSize: crashSegmentLen})
+	l, err := Open(context.Background(), dir, Options{ChunkSize: crashChunkLen})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(3)
@@ -152,7 +152,7 @@ func TestCrashKill(t *testing.T) {
 			n++
 		}
 
-		l := openLog(t, dir, Options{SegmentSize: crashSegmentLen})
+		l := openLog(t, dir, Options{ChunkSize: crashChunkLen})
 		rec := l.Recovery()
 		var have [crashWriters]int
 		l.View(func(s *State) {

@@ -50,7 +50,7 @@ func reopen(t *testing.T, dir string) ([]Offset, Recovery) {
 
 // TestStorageFaults drives the log through the storage seam's faults: a
 // full disk (at a chosen write, or after N bytes), a short (torn) write and
-// a failed fsync, in segments and in packs. Every acknowledged append
+// a failed fsync, in chunk files and in packs. Every acknowledged append
 // survives and reopens with every record and blob verified; a failed
 // write or fsync loses only appends that were never acknowledged (a
 // failed fsync leaves their fate unknown: they may reappear).
@@ -62,12 +62,12 @@ func TestStorageFaults(t *testing.T) {
 		fault *storage.Faulty
 		exact bool // no unacknowledged record may reappear
 	}{
-		{"ENOSPC in a segment", &storage.Faulty{Fault: storage.NoSpace, At: 30, Match: ".seg"}, true},
-		{"short write in a segment", &storage.Faulty{Fault: storage.ShortWrite, At: 30, Match: ".seg"}, true},
+		{"ENOSPC in a chunk file", &storage.Faulty{Fault: storage.NoSpace, At: 30, Match: ".seg"}, true},
+		{"short write in a chunk file", &storage.Faulty{Fault: storage.ShortWrite, At: 30, Match: ".seg"}, true},
 		{"ENOSPC in a pack", &storage.Faulty{Fault: storage.NoSpace, At: 8, Match: ".pack"}, true},
 		{"short write in a pack", &storage.Faulty{Fault: storage.ShortWrite, At: 8, Match: ".pack"}, true},
 		{"disk full after 6000 bytes", &storage.Faulty{Fault: storage.FailAfterBytes, Bytes: 6000}, true},
-		{"failed fsync of a segment", &storage.Faulty{Fault: storage.FailSync, At: 30, Match: ".seg"}, false},
+		{"failed fsync of a chunk file", &storage.Faulty{Fault: storage.FailSync, At: 30, Match: ".seg"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

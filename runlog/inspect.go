@@ -35,7 +35,7 @@ type Report struct {
 	WeightsSHA256  string            `json:"weights_sha256"`
 	LastSnapshot   *SnapshotWritten  `json:"last_snapshot"`
 	LastCheckpoint *CheckpointReport `json:"last_checkpoint"`
-	// Tail is set when the last segment ends in an unfinished or torn
+	// Tail is set when the last chunk ends in an unfinished or torn
 	// append (a writer may be mid-append); inspect never repairs it.
 	Tail *Recovery `json:"tail,omitempty"`
 	// ConfigChanges lists every resume that changed allowed config keys.
@@ -73,17 +73,17 @@ const weightsFile = "weights/model.safetensors"
 // it, calling fn (if set) with every event before it is applied.
 func readOnlyFold(ctx context.Context, dir string, fn func(Offset, Event) error) (*State, *Recovery, Offset, error) {
 	logDir := filepath.Join(dir, logSubdir)
-	segs, err := listSegments(logDir)
+	chunks, err := listChunks(logDir)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("inspect %s: %w", dir, err)
 	}
-	if len(segs) == 0 {
+	if len(chunks) == 0 {
 		return nil, nil, 0, fmt.Errorf("inspect %s: no run log", dir)
 	}
 	s := NewState()
 	var tail Recovery
 	var end Offset
-	err = scanLog(ctx, logDir, segs, ^uint64(0), true, func(off Offset, ev Event) error {
+	err = scanLog(ctx, logDir, chunks, ^uint64(0), true, func(off Offset, ev Event) error {
 		if fn != nil {
 			if err := fn(off, ev); err != nil {
 				return err

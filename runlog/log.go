@@ -20,9 +20,9 @@ var ErrClosed = errors.New("runlog: log closed")
 
 // Options configure a Log. The zero value is usable.
 type Options struct {
-	// SegmentSize is the size at which a segment is closed and the next
+	// ChunkSize is the size at which a chunk is closed and the next
 	// one started (default 64 MiB).
-	SegmentSize int64
+	ChunkSize int64
 	// Logger receives recovery and snapshot reports (default: discard).
 	Logger *slog.Logger
 	// NoGroupCommit makes every Append its own fsync: the baseline the
@@ -58,11 +58,11 @@ type Log struct {
 	logDir  string
 	snapDir string
 
-	mu    sync.RWMutex
-	s     *State // durable state: every event in it is on disk
-	end   Offset // durable end of the log
-	segs  []uint64
-	dirty map[GroupID]struct{} // groups changed since the last snapshot
+	mu     sync.RWMutex
+	s      *State // durable state: every event in it is on disk
+	end    Offset // durable end of the log
+	chunks []uint64
+	dirty  map[GroupID]struct{} // groups changed since the last snapshot
 	// forceBase: a Rewound shrank the trained list since the last
 	// snapshot, so the next one cannot be a delta.
 	forceBase bool
@@ -77,19 +77,19 @@ type Log struct {
 	once sync.Once
 
 	// Owned by the stager goroutine.
-	w        *State // durable state plus the appends staged or syncing
-	segBase  uint64 // the segment being staged into
-	segSize  uint64 // its size including staged units
-	pack     *packWriter
-	scratch  []byte
-	cur      *unit
-	inflight []*unit // handed to the syncer, maybe not yet published
-	seq      uint64
+	w         *State // durable state plus the appends staged or syncing
+	chunkBase uint64 // the chunk being staged into
+	chunkSize uint64 // its size including staged units
+	pack      *packWriter
+	scratch   []byte
+	cur       *unit
+	inflight  []*unit // handed to the syncer, maybe not yet published
+	seq       uint64
 
 	// Owned by the syncer goroutine.
-	segF, packF storage.File
+	chunkF, packF storage.File
 
-	freeSeg    chan []byte // written units' buffers, back to the stager
+	freeChunk  chan []byte // written units' buffers, back to the stager
 	freePack   chan []byte
 	readyc     chan struct{} // the syncer is idle
 	unitc      chan *unit
@@ -126,8 +126,8 @@ func (r *request) answer() { r.done <- struct{}{} }
 // loads the newest valid snapshot and replays the log after it. A corrupt
 // record in the middle of the log is an error (*CorruptionError).
 func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
-	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = 64 << 20
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = 64 << 20
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 1024
@@ -155,7 +155,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 		done:       make(chan struct{}),
 		readyc:     make(chan struct{}),
 		unitc:      make(chan *unit, 1),
-		freeSeg:    make(chan []byte, 2),
+		freeChunk:  make(chan []byte, 2),
 		freePack:   make(chan []byte, 2),
 		stagerDone: make(chan struct{}),
 		cur:        &unit{seq: 1},
@@ -174,15 +174,15 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// recover replays the log into l.s and opens a fresh segment for appends.
+// recover replays the log into l.s and opens a fresh chunk for appends.
 func (l *Log) recover(ctx context.Context) error {
-	bases, err := listSegments(l.logDir)
+	bases, err := listChunks(l.logDir)
 	if err != nil {
 		return err
 	}
 	var filesEnd uint64
 	if n := len(bases); n > 0 {
-		fi, err := os.Stat(filepath.Join(l.logDir, segName(bases[n-1])))
+		fi, err := os.Stat(filepath.Join(l.logDir, chunkName(bases[n-1])))
 		if err != nil {
 			return fmt.Errorf("open run log: %w", err)
 		}
@@ -190,7 +190,7 @@ func (l *Log) recover(ctx context.Context) error {
 	}
 	verified := l.readWatermark()
 	if filesEnd < verified {
-		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: filesEnd, Expected: verified, By: "the verified watermark"}
+		return &ShortLogError{Path: lastChunkPath(l.logDir, bases), End: filesEnd, Expected: verified, By: "the verified watermark"}
 	}
 	st, from, chain, err := l.loadSnapshots(filesEnd)
 	if err != nil {
@@ -204,9 +204,9 @@ func (l *Log) recover(ctx context.Context) error {
 		}
 		last := i == len(bases)-1
 		if i > 0 && base != end {
-			return &CorruptionError{Path: segName(base), Offset: Offset(end), Err: corruptf("segment starts at %d, previous one ends at %d", base, end)}
+			return &CorruptionError{Path: chunkName(base), Offset: Offset(end), Err: corruptf("chunk starts at %d, previous one ends at %d", base, end)}
 		}
-		path := filepath.Join(l.logDir, segName(base))
+		path := filepath.Join(l.logDir, chunkName(base))
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return fmt.Errorf("open run log: %w", err)
@@ -220,7 +220,7 @@ func (l *Log) recover(ctx context.Context) error {
 		if from > base {
 			start = int(from - base)
 		}
-		res, err := scanSegment(b, base, start, func(off Offset, p []byte) error {
+		res, err := scanChunk(b, base, start, func(off Offset, p []byte) error {
 			ev, err := decodeEvent(p)
 			if err == nil {
 				err = ApplyAt(st, ev, off)
@@ -243,7 +243,7 @@ func (l *Log) recover(ctx context.Context) error {
 		if !last || !res.torn {
 			return &CorruptionError{Path: path, Offset: Offset(base + uint64(res.damage)), Err: res.err}
 		}
-		l.recovery = Recovery{Truncated: true, Segment: path, Offset: Offset(end), Bytes: int64(len(b) - res.end), Records: res.dropped, Message: res.err.Error()}
+		l.recovery = Recovery{Truncated: true, File: path, Offset: Offset(end), Bytes: int64(len(b) - res.end), Records: res.dropped, Message: res.err.Error()}
 		l.logger.Warn("runlog: cut torn tail", "segment", path, "offset", end, "bytes", l.recovery.Bytes, "records", res.dropped, "reason", res.err)
 		if err := l.opts.FS.Truncate(path, int64(res.end)); err != nil {
 			return fmt.Errorf("cut torn tail: %w", err)
@@ -253,10 +253,10 @@ func (l *Log) recover(ctx context.Context) error {
 		}
 	}
 	if n := len(bases); n > 0 {
-		// A segment with no records (or a torn header) is replaced by a
+		// A chunk with no records (or a torn header) is replaced by a
 		// fresh one at the same base.
-		if last := bases[n-1]; end-last <= segHeaderSize {
-			for _, name := range []string{segName(last), packName(last)} {
+		if last := bases[n-1]; end-last <= chunkHeaderSize {
+			for _, name := range []string{chunkName(last), packName(last)} {
 				if err := l.opts.FS.Remove(filepath.Join(l.logDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("open run log: %w", err)
 				}
@@ -266,10 +266,10 @@ func (l *Log) recover(ctx context.Context) error {
 		}
 	}
 	if from > end {
-		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: end, Expected: from, By: "the loaded snapshot"}
+		return &ShortLogError{Path: lastChunkPath(l.logDir, bases), End: end, Expected: from, By: "the loaded snapshot"}
 	}
 	if end < verified {
-		return &ShortLogError{Path: lastSegPath(l.logDir, bases), End: end, Expected: verified, By: "the verified watermark"}
+		return &ShortLogError{Path: lastChunkPath(l.logDir, bases), End: end, Expected: verified, By: "the verified watermark"}
 	}
 	if err := l.verifyRange(ctx, bases, verified, end); err != nil {
 		return err
@@ -277,16 +277,16 @@ func (l *Log) recover(ctx context.Context) error {
 	if err := l.writeWatermark(end); err != nil {
 		return err
 	}
-	seg, pack, err := createSegment(l.opts.FS, l.logDir, end)
+	chunk, pack, err := createChunk(l.opts.FS, l.logDir, end)
 	if err != nil {
 		return err
 	}
 	l.s, l.w = st, st.Clone()
-	l.segs = append(bases, end)
-	l.segF, l.packF = seg, pack
-	l.segBase, l.segSize = end, segHeaderSize
+	l.chunks = append(bases, end)
+	l.chunkF, l.packF = chunk, pack
+	l.chunkBase, l.chunkSize = end, chunkHeaderSize
 	l.pack = newPackWriter(end)
-	l.end = Offset(end + segHeaderSize)
+	l.end = Offset(end + chunkHeaderSize)
 	return nil
 }
 
@@ -350,11 +350,11 @@ func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
 type unit struct {
 	seq      uint64
 	reqs     []*request
-	seg      []byte    // framed records
+	recs     []byte    // framed records, for the chunk file
 	pack     []byte    // blob frames
 	acc      []applied // the accepted events, with offsets
 	end      Offset    // log end once written
-	roll     bool      // start the next segment at nextBase afterwards
+	roll     bool      // start the next chunk at nextBase afterwards
 	nextBase uint64
 }
 
@@ -403,12 +403,12 @@ func (l *Log) stage(r *request) {
 		return
 	}
 	u := l.cur
-	bm, pm, am := len(u.seg), l.pack.mark(), len(u.acc)
-	pos := l.segBase + l.segSize
+	bm, pm, am := len(u.recs), l.pack.mark(), len(u.acc)
+	pos := l.chunkBase + l.chunkSize
 	r.off = Offset(pos + uint64(bm))
 	var err error
 	for i, ev := range r.evs {
-		off := Offset(pos + uint64(len(u.seg)))
+		off := Offset(pos + uint64(len(u.recs)))
 		// Validate first so a rejected event never reaches the pack.
 		if err = ApplyAt(l.w, ev, off); err != nil {
 			break
@@ -423,13 +423,13 @@ func (l *Log) stage(r *request) {
 		if i == len(r.evs)-1 {
 			flags = flagCommit
 		}
-		u.seg = appendFrame(u.seg, p, flags)
+		u.recs = appendFrame(u.recs, p, flags)
 	}
 	if err == nil {
 		u.reqs = append(u.reqs, r)
 		return
 	}
-	u.seg = u.seg[:bm]
+	u.recs = u.recs[:bm]
 	l.pack.rollback(pm)
 	if len(u.acc) > am {
 		// Earlier events of this append reached w: rebuild it.
@@ -463,11 +463,11 @@ func (l *Log) rebuildW() {
 func (l *Log) handOff() {
 	u := l.cur
 	u.pack = l.pack.take()
-	l.segSize += uint64(len(u.seg))
-	u.end = Offset(l.segBase + l.segSize)
-	if int64(l.segSize) >= l.opts.SegmentSize {
-		u.roll, u.nextBase = true, l.segBase+l.segSize
-		l.segBase, l.segSize = u.nextBase, segHeaderSize
+	l.chunkSize += uint64(len(u.recs))
+	u.end = Offset(l.chunkBase + l.chunkSize)
+	if int64(l.chunkSize) >= l.opts.ChunkSize {
+		u.roll, u.nextBase = true, l.chunkBase+l.chunkSize
+		l.chunkBase, l.chunkSize = u.nextBase, chunkHeaderSize
 		l.pack = newPackWriter(u.nextBase)
 	}
 	l.mu.RLock()
@@ -481,7 +481,7 @@ func (l *Log) handOff() {
 	}
 	l.inflight = append(keep, u)
 	l.seq++
-	l.cur = &unit{seq: l.seq + 1, seg: l.buffer(l.freeSeg)}
+	l.cur = &unit{seq: l.seq + 1, recs: l.buffer(l.freeChunk)}
 	l.pack.buf = l.buffer(l.freePack)
 	l.unitc <- u
 }
@@ -508,9 +508,9 @@ func (l *Log) recycle(u *unit) {
 		default:
 		}
 	}
-	give(l.freeSeg, u.seg)
+	give(l.freeChunk, u.recs)
 	give(l.freePack, u.pack)
-	u.seg, u.pack = nil, nil
+	u.recs, u.pack = nil, nil
 }
 
 // maxRecycled bounds the buffers kept for reuse, so one huge append does
@@ -548,11 +548,11 @@ func (l *Log) sync(u *unit) {
 		}
 	}
 	if err == nil {
-		if _, err = l.segF.Write(u.seg); err == nil {
-			err = l.segF.Sync()
+		if _, err = l.chunkF.Write(u.recs); err == nil {
+			err = l.chunkF.Sync()
 		}
 		if err != nil {
-			err = fmt.Errorf("write segment: %w", err)
+			err = fmt.Errorf("write chunk: %w", err)
 		}
 	}
 	if err != nil {
@@ -590,22 +590,22 @@ func (l *Log) fail(err error) {
 	l.mu.Unlock()
 }
 
-// roll closes the full segment and starts the next one at base.
+// roll closes the full chunk and starts the next one at base.
 func (l *Log) roll(base uint64) error {
-	if err := l.segF.Close(); err != nil {
-		return fmt.Errorf("close segment: %w", err)
+	if err := l.chunkF.Close(); err != nil {
+		return fmt.Errorf("close chunk: %w", err)
 	}
 	if err := l.packF.Close(); err != nil {
 		return fmt.Errorf("close pack: %w", err)
 	}
-	seg, pack, err := createSegment(l.opts.FS, l.logDir, base)
+	chunk, pack, err := createChunk(l.opts.FS, l.logDir, base)
 	if err != nil {
 		return err
 	}
-	l.segF, l.packF = seg, pack
+	l.chunkF, l.packF = chunk, pack
 	l.mu.Lock()
-	l.segs = append(l.segs, base)
-	l.end = Offset(base + segHeaderSize)
+	l.chunks = append(l.chunks, base)
+	l.end = Offset(base + chunkHeaderSize)
 	l.mu.Unlock()
 	return nil
 }
@@ -659,7 +659,7 @@ func (l *Log) Close() error {
 	l.once.Do(func() {
 		close(l.quit)
 		<-l.done
-		err = errors.Join(l.segF.Close(), l.packF.Close())
+		err = errors.Join(l.chunkF.Close(), l.packF.Close())
 		l.files.close()
 		l.blobs.close()
 	})
@@ -670,9 +670,9 @@ func (l *Log) Close() error {
 // from the blob store. It stops at the first error fn returns.
 func (l *Log) Events(ctx context.Context, fn func(off Offset, ev Event) error) error {
 	l.mu.RLock()
-	end, segs := l.end, slices.Clone(l.segs)
+	end, chunks := l.end, slices.Clone(l.chunks)
 	l.mu.RUnlock()
-	return scanLog(ctx, l.logDir, segs, uint64(end), false, func(off Offset, ev Event) error {
+	return scanLog(ctx, l.logDir, chunks, uint64(end), false, func(off Offset, ev Event) error {
 		ev, err := materialize(&l.blobs, ev)
 		if err != nil {
 			return err
@@ -681,18 +681,18 @@ func (l *Log) Events(ctx context.Context, fn func(off Offset, ev Event) error) e
 	}, nil)
 }
 
-// scanLog decodes every committed event of the segments up to end. With
-// tolerateTail, a torn tail of the last segment ends the scan and is
+// scanLog decodes every committed event of the chunks up to end. With
+// tolerateTail, a torn tail of the last chunk ends the scan and is
 // reported through tail instead of failing.
-func scanLog(ctx context.Context, dir string, segs []uint64, end uint64, tolerateTail bool, fn func(Offset, Event) error, tail *Recovery) error {
-	for i, base := range segs {
+func scanLog(ctx context.Context, dir string, chunks []uint64, end uint64, tolerateTail bool, fn func(Offset, Event) error, tail *Recovery) error {
+	for i, base := range chunks {
 		if base >= end {
 			break
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		path := filepath.Join(dir, segName(base))
+		path := filepath.Join(dir, chunkName(base))
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return fmt.Errorf("read run log: %w", err)
@@ -700,7 +700,7 @@ func scanLog(ctx context.Context, dir string, segs []uint64, end uint64, tolerat
 		if uint64(len(b)) > end-base {
 			b = b[:end-base]
 		}
-		res, err := scanSegment(b, base, 0, func(off Offset, p []byte) error {
+		res, err := scanChunk(b, base, 0, func(off Offset, p []byte) error {
 			ev, err := decodeEvent(p)
 			if err != nil {
 				return &CorruptionError{Path: path, Offset: off, Err: err}
@@ -711,9 +711,9 @@ func scanLog(ctx context.Context, dir string, segs []uint64, end uint64, tolerat
 			return err
 		}
 		if res.err != nil {
-			if tolerateTail && res.torn && i == len(segs)-1 {
+			if tolerateTail && res.torn && i == len(chunks)-1 {
 				if tail != nil {
-					*tail = Recovery{Truncated: true, Segment: path, Offset: Offset(base + uint64(res.end)), Bytes: int64(len(b) - res.end), Records: res.dropped, Message: res.err.Error()}
+					*tail = Recovery{Truncated: true, File: path, Offset: Offset(base + uint64(res.end)), Bytes: int64(len(b) - res.end), Records: res.dropped, Message: res.err.Error()}
 				}
 				return nil
 			}
@@ -751,7 +751,7 @@ func materialize(br *blobReader, ev Event) (Event, error) {
 // records, located through the state's index.
 func (l *Log) RolloutEvents(id RolloutID) ([]Event, error) {
 	var offs []Offset
-	var segs []uint64
+	var chunks []uint64
 	var err error
 	l.View(func(s *State) {
 		r, e := s.rollout(id)
@@ -760,14 +760,14 @@ func (l *Log) RolloutEvents(id RolloutID) ([]Event, error) {
 			return
 		}
 		offs = slices.Clone(r.Events)
-		segs = slices.Clone(l.segs)
+		chunks = slices.Clone(l.chunks)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rollout events: %w", err)
 	}
 	evs := make([]Event, 0, len(offs))
 	for _, off := range offs {
-		ev, err := l.eventAt(segs, off)
+		ev, err := l.eventAt(chunks, off)
 		if err != nil {
 			return nil, err
 		}
@@ -777,17 +777,17 @@ func (l *Log) RolloutEvents(id RolloutID) ([]Event, error) {
 }
 
 // eventAt reads, checks and decodes the record at off.
-func (l *Log) eventAt(segs []uint64, off Offset) (Event, error) {
-	i := sort.Search(len(segs), func(i int) bool { return segs[i] > uint64(off) }) - 1
+func (l *Log) eventAt(chunks []uint64, off Offset) (Event, error) {
+	i := sort.Search(len(chunks), func(i int) bool { return chunks[i] > uint64(off) }) - 1
 	if i < 0 {
-		return nil, fmt.Errorf("runlog: offset %d before the first segment", off)
+		return nil, fmt.Errorf("runlog: offset %d before the first chunk", off)
 	}
-	name := segName(segs[i])
+	name := chunkName(chunks[i])
 	f, err := l.files.file(name)
 	if err != nil {
 		return nil, err
 	}
-	pos := int64(uint64(off) - segs[i])
+	pos := int64(uint64(off) - chunks[i])
 	var h [frameHeaderSize]byte
 	if _, err := f.ReadAt(h[:], pos); err != nil {
 		return nil, &CorruptionError{Path: f.Name(), Offset: off, Err: fmt.Errorf("%w: read record: %w", ErrCorrupt, err)}

@@ -66,7 +66,7 @@ func viewDigest(l *Log) (d [32]byte) {
 
 func TestLogAppendReopen(t *testing.T) {
 	dir := t.TempDir()
-	l := openLog(t, dir, Options{SegmentSize: 4 << 10})
+	l := openLog(t, dir, Options{ChunkSize: 4 << 10})
 	model := NewState()
 	evs := genRun(model, randChooser{rand.New(rand.NewPCG(3, 4))}, 600, t.Fatalf)
 	for i := 0; i < len(evs); {
@@ -109,7 +109,7 @@ func TestLogAppendReopen(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l = openLog(t, dir, Options{SegmentSize: 4 << 10})
+	l = openLog(t, dir, Options{ChunkSize: 4 << 10})
 	defer l.Close()
 	if viewDigest(l) != want {
 		t.Fatalf("reopened state differs")
@@ -117,9 +117,9 @@ func TestLogAppendReopen(t *testing.T) {
 	if r := l.Recovery(); r.Truncated {
 		t.Fatalf("clean log reported a recovery: %+v", r)
 	}
-	segs, _ := listSegments(filepath.Join(dir, logSubdir))
+	segs, _ := listChunks(filepath.Join(dir, logSubdir))
 	if len(segs) < 3 {
-		t.Fatalf("expected several segments, got %d", len(segs))
+		t.Fatalf("expected several chunks, got %d", len(segs))
 	}
 	// Rejected events are never written.
 	n := l.End()
@@ -170,7 +170,7 @@ func TestAppendBatchAtomic(t *testing.T) {
 }
 
 func TestConcurrentAppends(t *testing.T) {
-	l := openLog(t, t.TempDir(), Options{SegmentSize: 16 << 10})
+	l := openLog(t, t.TempDir(), Options{ChunkSize: 16 << 10})
 	defer l.Close()
 	const writers, each = 16, 40
 	g := NewGroupID(testSeed, 0, 0)
@@ -233,19 +233,19 @@ func copyDir(t *testing.T, src, dst string) {
 	}
 }
 
-// onlySegment returns the path of the single non-empty segment of dir.
-func onlySegment(t *testing.T, dir string) string {
+// onlyChunk returns the path of the single non-empty chunk file of dir.
+func onlyChunk(t *testing.T, dir string) string {
 	t.Helper()
-	segs, err := listSegments(filepath.Join(dir, logSubdir))
+	segs, err := listChunks(filepath.Join(dir, logSubdir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var path string
 	for _, b := range segs {
-		p := filepath.Join(dir, logSubdir, segName(b))
-		if fi, _ := os.Stat(p); fi.Size() > segHeaderSize {
+		p := filepath.Join(dir, logSubdir, chunkName(b))
+		if fi, _ := os.Stat(p); fi.Size() > chunkHeaderSize {
 			if path != "" {
-				t.Fatalf("more than one segment with records")
+				t.Fatalf("more than one chunk with records")
 			}
 			path = p
 		}
@@ -257,15 +257,15 @@ func stateOf(t *testing.T, offs []Offset, evs []Event, n int) [32]byte {
 	return foldAt(t, offs[:n], evs[:n]).Digest()
 }
 
-// TestTruncateTail cuts the segment at every byte inside its last three
+// TestTruncateTail cuts the chunk file at every byte inside its last three
 // records: Open recovers to the last whole record and reports the cut.
 func TestTruncateTail(t *testing.T) {
 	src := t.TempDir()
 	offs, evs := buildLog(t, src, 30)
-	seg := onlySegment(t, src)
+	seg := onlyChunk(t, src)
 	fi, _ := os.Stat(seg)
 	size := fi.Size()
-	first := int64(offs[len(offs)-3]) // segment base is 0
+	first := int64(offs[len(offs)-3]) // chunk base is 0
 	for cut := first; cut < size; cut++ {
 		dir := t.TempDir()
 		copyDir(t, src, dir)
@@ -306,13 +306,13 @@ func TestTruncateTail(t *testing.T) {
 	}
 }
 
-// TestBitFlips flips one bit at every byte of the segment: in the last
+// TestBitFlips flips one bit at every byte of the chunk file: in the last
 // record it is a torn tail, cut and reported; anywhere before it, Open
 // fails with a CorruptionError naming the damaged record's offset.
 func TestBitFlips(t *testing.T) {
 	src := t.TempDir()
 	offs, evs := buildLog(t, src, 12)
-	seg := onlySegment(t, src)
+	seg := onlyChunk(t, src)
 	orig, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
@@ -348,7 +348,7 @@ func TestBitFlips(t *testing.T) {
 		}
 		var ce *CorruptionError
 		if !errors.As(err, &ce) {
-			if pos < segHeaderSize && errors.Is(err, ErrUnknownVersion) {
+			if pos < chunkHeaderSize && errors.Is(err, ErrUnknownVersion) {
 				continue
 			}
 			t.Fatalf("flip at %d: error %v is not a CorruptionError", pos, err)
@@ -359,7 +359,7 @@ func TestBitFlips(t *testing.T) {
 				want = o
 			}
 		}
-		if pos < segHeaderSize {
+		if pos < chunkHeaderSize {
 			want = 0
 		}
 		if ce.Offset != want {
@@ -377,7 +377,7 @@ func TestBitFlips(t *testing.T) {
 func TestBlobCorruption(t *testing.T) {
 	dir := t.TempDir()
 	buildLog(t, dir, 40)
-	segs, _ := listSegments(filepath.Join(dir, logSubdir))
+	segs, _ := listChunks(filepath.Join(dir, logSubdir))
 	p := filepath.Join(dir, logSubdir, packName(segs[0]))
 	b, err := os.ReadFile(p)
 	if err != nil || len(b) < 40 {
@@ -406,7 +406,7 @@ func TestBlobCorruption(t *testing.T) {
 
 func TestLogSnapshots(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{SegmentSize: 8 << 10, SnapshotChain: 3}
+	opts := Options{ChunkSize: 8 << 10, SnapshotChain: 3}
 	l := openLog(t, dir, opts)
 	r := rand.New(rand.NewPCG(7, 8))
 	for round := range 12 {
@@ -455,7 +455,7 @@ func ExampleParseRolloutID() {
 func TestLogSnapshotProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		dir := t.TempDir()
-		l := openLog(t, dir, Options{SegmentSize: 2 << 10})
+		l := openLog(t, dir, Options{ChunkSize: 2 << 10})
 		ref := NewState()
 		evs := genRun(ref, rapidChooser{rt}, rapid.IntRange(1, 60).Draw(rt, "n"), rt.Fatalf)
 		snapAt := rapid.IntRange(0, len(evs)).Draw(rt, "snapAt")
@@ -478,7 +478,7 @@ func TestLogSnapshotProperty(t *testing.T) {
 		}
 		want := viewDigest(l)
 		l.Close()
-		l = openLog(t, dir, Options{SegmentSize: 2 << 10})
+		l = openLog(t, dir, Options{ChunkSize: 2 << 10})
 		defer l.Close()
 		if viewDigest(l) != want {
 			rt.Fatalf("state from snapshot + tail differs from the live state")
@@ -490,14 +490,14 @@ func TestLogSnapshotProperty(t *testing.T) {
 	})
 }
 
-// TestBitFlipsEveryBit flips every single bit of a segment and checks what
+// TestBitFlipsEveryBit flips every single bit of a chunk file and checks what
 // the scanner (the part of Open that judges damage) concludes: damage in
 // the last record is a torn tail ending at that record; damage before it
 // is corruption naming the damaged record.
 func TestBitFlipsEveryBit(t *testing.T) {
 	src := t.TempDir()
 	offs, _ := buildLog(t, src, 12)
-	orig, err := os.ReadFile(onlySegment(t, src))
+	orig, err := os.ReadFile(onlyChunk(t, src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func TestBitFlipsEveryBit(t *testing.T) {
 		b := append([]byte(nil), orig...)
 		b[pos] ^= 1 << (bit % 8)
 		n := 0
-		res, err := scanSegment(b, 0, 0, func(Offset, []byte) error { n++; return nil })
+		res, err := scanChunk(b, 0, 0, func(Offset, []byte) error { n++; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -521,7 +521,7 @@ func TestBitFlipsEveryBit(t *testing.T) {
 			}
 		}
 		switch {
-		case pos < segHeaderSize:
+		case pos < chunkHeaderSize:
 			if res.damage != 0 || res.torn {
 				t.Fatalf("flip of header bit %d: %+v", bit, res)
 			}

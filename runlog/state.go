@@ -7,7 +7,7 @@ import (
 )
 
 // Offset is a position in the run log: the byte offset of a record from the
-// start of the first segment. Offsets only grow and are never reused.
+// start of the first chunk. Offsets only grow and are never reused.
 type Offset uint64
 
 // Errors returned by Apply, each wrapped with the details of the event.

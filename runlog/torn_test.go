@@ -27,7 +27,7 @@ func TestTornMultiEventAppendAllOrNothing(t *testing.T) {
 	mustAppend(t, l, batch...)
 	after := viewDigest(l)
 	l.Close()
-	seg := onlySegment(t, src)
+	seg := onlyChunk(t, src)
 	fi, err := os.Stat(seg)
 	if err != nil {
 		t.Fatal(err)

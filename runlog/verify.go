@@ -70,7 +70,7 @@ func (l *Log) writeWatermark(end uint64) error {
 // ShortLogError reports a log that ends before offsets it is known to have
 // reached: a verified watermark or a snapshot.
 type ShortLogError struct {
-	Path     string // the last segment (or the log directory when none)
+	Path     string // the last chunk (or the log directory when none)
 	End      uint64 // where the log now ends
 	Expected uint64 // where it is known to have reached
 	By       string // what says so
@@ -83,7 +83,7 @@ func (e *ShortLogError) Error() string {
 
 func (e *ShortLogError) Unwrap() error { return ErrCorrupt }
 
-// verifyRange checks every record in [from, to) of the segments bases and
+// verifyRange checks every record in [from, to) of the chunks bases and
 // every blob those records reference.
 func (l *Log) verifyRange(ctx context.Context, bases []uint64, from, to uint64) error {
 	for i, base := range bases {
@@ -97,7 +97,7 @@ func (l *Log) verifyRange(ctx context.Context, bases []uint64, from, to uint64) 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		path := filepath.Join(l.logDir, segName(base))
+		path := filepath.Join(l.logDir, chunkName(base))
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return fmt.Errorf("verify run log: %w", err)
@@ -109,7 +109,7 @@ func (l *Log) verifyRange(ctx context.Context, bases []uint64, from, to uint64) 
 		if from > base {
 			start = int(from - base)
 		}
-		res, err := scanSegment(b, base, start, func(off Offset, p []byte) error {
+		res, err := scanChunk(b, base, start, func(off Offset, p []byte) error {
 			ev, err := decodeEvent(p)
 			if err != nil {
 				return &CorruptionError{Path: path, Offset: off, Err: err}
@@ -133,9 +133,9 @@ func (l *Log) verifyRange(ctx context.Context, bases []uint64, from, to uint64) 
 	return nil
 }
 
-func lastSegPath(dir string, bases []uint64) string {
+func lastChunkPath(dir string, bases []uint64) string {
 	if len(bases) == 0 {
 		return dir
 	}
-	return filepath.Join(dir, segName(bases[len(bases)-1]))
+	return filepath.Join(dir, chunkName(bases[len(bases)-1]))
 }

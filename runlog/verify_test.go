@@ -43,8 +43,8 @@ func TestDamageBeforeSnapshot(t *testing.T) {
 	if snap == 0 || offs[10] >= snap {
 		t.Fatalf("snapshot at %d does not follow record 10 at %d", snap, offs[10])
 	}
-	segs, _ := listSegments(filepath.Join(dir, logSubdir))
-	path := filepath.Join(dir, logSubdir, segName(segs[0]))
+	segs, _ := listChunks(filepath.Join(dir, logSubdir))
+	path := filepath.Join(dir, logSubdir, chunkName(segs[0]))
 	b, _ := os.ReadFile(path)
 	pos := int(uint64(offs[10])-segs[0]) + frameHeaderSize + 1
 	b[pos] ^= 0x10
@@ -82,12 +82,12 @@ func TestShortLogIsDamage(t *testing.T) {
 			if !tc.keepSnaps {
 				os.RemoveAll(filepath.Join(logDir, snapSubdir))
 			}
-			segs, _ := listSegments(logDir)
-			if err := os.Truncate(filepath.Join(logDir, segName(segs[0])), tc.size(offs, snap, segs[0])); err != nil {
+			segs, _ := listChunks(logDir)
+			if err := os.Truncate(filepath.Join(logDir, chunkName(segs[0])), tc.size(offs, snap, segs[0])); err != nil {
 				t.Fatal(err)
 			}
 			for _, s := range segs[1:] {
-				os.Remove(filepath.Join(logDir, segName(s)))
+				os.Remove(filepath.Join(logDir, chunkName(s)))
 			}
 			_, err := Open(context.Background(), dir, Options{})
 			var se *ShortLogError

@@ -169,10 +169,10 @@ func TestTruncatedLogTail(t *testing.T) {
 	train(t, bin, cfg, dir, "run.max_steps=5")
 	segs, _ := filepath.Glob(filepath.Join(dir, "runlog", "*.seg"))
 	if len(segs) == 0 {
-		t.Fatal("no log segments")
+		t.Fatal("no log chunks")
 	}
 	last := segs[len(segs)-1]
-	for i := len(segs) - 1; i >= 0; i-- { // the newest non-empty segment
+	for i := len(segs) - 1; i >= 0; i-- { // the newest non-empty chunk
 		if fi, _ := os.Stat(segs[i]); fi.Size() > 0 {
 			last = segs[i]
 			break

@@ -129,11 +129,11 @@ func TestFlippedByteInEveryFileKind(t *testing.T) {
 	}
 	rel := func(p string) string { r, _ := filepath.Rel(base, p); return r }
 	cases := []flip{
-		{"segment before the snapshot", rel(segs[0]), snapOff / 2, true, ""},
+		{"chunk before the snapshot", rel(segs[0]), snapOff / 2, true, ""},
 		// The last append of a run is not yet verified by any resume: a
 		// flip there is indistinguishable from a torn write, so it may be
 		// cut back as a torn tail (reported, and redone identically).
-		{"segment after the snapshot", rel(segs[0]), (snapOff + segSize) / 2, false, "torn"},
+		{"chunk after the snapshot", rel(segs[0]), (snapOff + segSize) / 2, false, "torn"},
 		{"pack", rel(packs[0]), func() int64 { fi, _ := os.Stat(packs[0]); return fi.Size() / 2 }(), true, ""},
 		{"snapshot", rel(snaps[len(snaps)-1]), 30, false, "snapshot not loaded"},
 		{"checkpoint weights", filepath.Join(rep.LastCheckpoint.Path, "model.safetensors"), 4096, false, "checkpoint rejected"},

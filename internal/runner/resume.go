@@ -153,7 +153,7 @@ func withRecoveryChoices(err error, dir string) error {
 		return err
 	}
 	return fmt.Errorf("%w\nrecovery choices: (1) restore %s from a backup and resume; "+
-		"(2) keep the run up to the damage: in a copy of %s, cut the named segment at the named offset, delete later segments, "+
+		"(2) keep the run up to the damage: in a copy of %s, cut the named chunk file at the named offset, delete later chunk and pack files, "+
 		"runlog/verified and runlog/snap/, then resume (what was logged after the cut is redone from the newest checkpoint it covers); "+
 		"(3) start a new run in another --run-dir", err, dir, dir)
 }

@@ -111,7 +111,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	defer func() { err = errors.Join(err, rl.Close()) }()
 	if rec := rl.Recovery(); rec.Truncated {
-		log.Warn("run log tail was torn; cut back to the last whole record", "file", rec.Segment,
+		log.Warn("run log tail was torn; cut back to the last whole record", "file", rec.File,
 			"bytes", rec.Bytes, "records", rec.Records, "detail", rec.Message)
 	}
 	cfg, changes, err := resumeConfig(rl, dir, cfg, opts)

@@ -1,5 +1,5 @@
 // Package storage is the seam every durable write of a run goes through:
-// the run log's segments and blob packs, its snapshots and watermark, and
+// the run log's chunks and blob packs, its snapshots and watermark, and
 // the checkpoint directory's manifest, fsyncs and renames. The real
 // implementation is the OS; Faulty wraps one to fail the way disks do
 // (a full disk at a chosen call, a write cut short, a failed fsync), so

@@ -14,26 +14,28 @@ import (
 	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
-// Framing layer. A segment file is
+// Framing layer. The log is a sequence of chunks, each a chunk file
+// (NNN.seg: the extension is the old name, kept so existing runs open)
+// and a pack file. A chunk file is
 //
 //	header: "LHRL" [version u8 = 1] [3 zero bytes] [base offset u64 LE]   (16 bytes)
 //	frames: [payload length u32 LE] [CRC32C u32 LE of flags+payload] [flags u8] [payload]
 //
 // The offset of a frame is base + its position in the file, so offsets run
-// on across segments. flagCommit marks the last frame of one Append: a crash
+// on across chunks. flagCommit marks the last frame of one Append: a crash
 // can leave only whole appends behind, never half of one.
 
 const (
-	segHeaderSize   = 16
+	chunkHeaderSize = 16
 	frameHeaderSize = 9
-	segVersion      = 1
+	chunkVersion    = 1
 	flagCommit      = 1
 	// maxPayload bounds a frame so a corrupt length cannot make us
 	// allocate or scan gigabytes.
 	maxPayload = 64 << 20
 )
 
-var segMagic = [4]byte{'L', 'H', 'R', 'L'}
+var chunkMagic = [4]byte{'L', 'H', 'R', 'L'}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -43,7 +45,7 @@ var ErrCorrupt = errors.New("runlog: corrupt")
 // CorruptionError locates a corrupt record in the middle of the log (a torn
 // tail is repaired and reported in Recovery instead).
 type CorruptionError struct {
-	Path   string // segment or pack file
+	Path   string // chunk or pack file
 	Offset Offset // log offset of the bad record (for a pack: byte in the pack)
 	Err    error
 }
@@ -61,21 +63,21 @@ func corruptf(format string, a ...any) error {
 // Recovery describes what Open cut from a torn tail.
 type Recovery struct {
 	Truncated bool   // something was cut
-	Segment   string // the file that was cut
+	File      string // the chunk file that was cut
 	Offset    Offset // where the log now ends
 	Bytes     int64  // bytes dropped
 	Records   int    // frames dropped: whole frames of an unfinished append, plus one for a partial frame
 	Message   string // what was found, for the operator
 }
 
-func segName(base uint64) string  { return fmt.Sprintf("%020d.seg", base) }
-func packName(base uint64) string { return fmt.Sprintf("%020d.pack", base) }
+func chunkName(base uint64) string { return fmt.Sprintf("%020d.seg", base) }
+func packName(base uint64) string  { return fmt.Sprintf("%020d.pack", base) }
 
-// listSegments returns the bases of the segment files in dir, ascending.
-func listSegments(dir string) ([]uint64, error) {
+// listChunks returns the bases of the chunk files in dir, ascending.
+func listChunks(dir string) ([]uint64, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("list segments: %w", err)
+		return nil, fmt.Errorf("list chunks: %w", err)
 	}
 	var bases []uint64
 	for _, e := range ents {
@@ -93,26 +95,26 @@ func listSegments(dir string) ([]uint64, error) {
 	return bases, nil
 }
 
-func segHeader(base uint64) []byte {
-	h := make([]byte, segHeaderSize)
-	copy(h, segMagic[:])
-	h[4] = segVersion
+func chunkHeader(base uint64) []byte {
+	h := make([]byte, chunkHeaderSize)
+	copy(h, chunkMagic[:])
+	h[4] = chunkVersion
 	binary.LittleEndian.PutUint64(h[8:], base)
 	return h
 }
 
-func checkSegHeader(b []byte, base uint64) error {
-	if len(b) < segHeaderSize {
-		return corruptf("short segment header (%d bytes)", len(b))
+func checkChunkHeader(b []byte, base uint64) error {
+	if len(b) < chunkHeaderSize {
+		return corruptf("short chunk header (%d bytes)", len(b))
 	}
-	if [4]byte(b[:4]) != segMagic {
-		return corruptf("bad segment magic %q", b[:4])
+	if [4]byte(b[:4]) != chunkMagic {
+		return corruptf("bad chunk magic %q", b[:4])
 	}
-	if b[4] != segVersion {
-		return fmt.Errorf("%w: segment format version %d", ErrUnknownVersion, b[4])
+	if b[4] != chunkVersion {
+		return fmt.Errorf("%w: chunk format version %d", ErrUnknownVersion, b[4])
 	}
 	if got := binary.LittleEndian.Uint64(b[8:]); got != base || b[5]|b[6]|b[7] != 0 {
-		return corruptf("segment header names base %d, file name %d", got, base)
+		return corruptf("chunk header names base %d, file name %d", got, base)
 	}
 	return nil
 }
@@ -168,7 +170,7 @@ func validFrameAfter(b []byte, from int) bool {
 	return false
 }
 
-// scanResult is what a scan of one segment found.
+// scanResult is what a scan of one chunk found.
 type scanResult struct {
 	end     int   // position after the last committed frame
 	damage  int   // position of the damage, when err != nil
@@ -177,15 +179,15 @@ type scanResult struct {
 	torn    bool  // the damage is a torn tail: nothing valid follows it
 }
 
-// scanSegment walks the frames of one segment file's bytes from position
+// scanChunk walks the frames of one chunk file's bytes from position
 // from, calling fn for each frame of every committed append. The callback
 // sees an append's frames only once its commit frame has been checked.
-func scanSegment(b []byte, base uint64, from int, fn func(off Offset, payload []byte) error) (scanResult, error) {
-	if from < segHeaderSize {
-		if err := checkSegHeader(b, base); err != nil {
+func scanChunk(b []byte, base uint64, from int, fn func(off Offset, payload []byte) error) (scanResult, error) {
+	if from < chunkHeaderSize {
+		if err := checkChunkHeader(b, base); err != nil {
 			return scanResult{end: 0, damage: 0, err: err, torn: !validFrameAfter(b, 0), dropped: btoi(len(b) > 0)}, nil
 		}
-		from = segHeaderSize
+		from = chunkHeaderSize
 	}
 	type frame struct {
 		pos int
@@ -231,28 +233,28 @@ func syncDir(fs storage.FS, dir string) error {
 	return nil
 }
 
-// createSegment creates the segment and pack files for base, durably.
-func createSegment(fs storage.FS, dir string, base uint64) (seg, pack storage.File, err error) {
-	seg, err = fs.OpenFile(filepath.Join(dir, segName(base)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+// createChunk creates the chunk and pack files for base, durably.
+func createChunk(fs storage.FS, dir string, base uint64) (chunk, pack storage.File, err error) {
+	chunk, err = fs.OpenFile(filepath.Join(dir, chunkName(base)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create segment: %w", err)
+		return nil, nil, fmt.Errorf("create chunk: %w", err)
 	}
 	pack, err = fs.OpenFile(filepath.Join(dir, packName(base)), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err == nil {
-		_, err = seg.Write(segHeader(base))
+		_, err = chunk.Write(chunkHeader(base))
 	}
 	if err == nil {
-		err = seg.Sync()
+		err = chunk.Sync()
 	}
 	if err == nil {
 		err = syncDir(fs, dir)
 	}
 	if err != nil {
-		seg.Close()
+		chunk.Close()
 		if pack != nil {
 			pack.Close()
 		}
-		return nil, nil, fmt.Errorf("create segment %d: %w", base, err)
+		return nil, nil, fmt.Errorf("create chunk %d: %w", base, err)
 	}
-	return seg, pack, nil
+	return chunk, pack, nil
 }
