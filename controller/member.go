@@ -70,7 +70,11 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		c.events[id] = slices.Clone(prior)
 		c.evMu.Unlock()
 		actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
-		_, err = rollout.Run(actx, c.spec(g, id, attempt, task), prior)
+		cctx, ccancel := context.WithCancelCause(actx)
+		ct := newCallTimer(seconds(rf.CallTimeoutS), ccancel)
+		_, err = rollout.Run(cctx, c.spec(g, id, attempt, task, ct), prior)
+		ct.close()
+		ccancel(nil)
 		cancel()
 		if err == nil {
 			return nil
@@ -78,11 +82,17 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(actx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
-			// The attempt's own deadline (rollout_failure.rollout_timeout_s):
-			// rollout.Run records nothing when its context ends, so the
-			// failure is recorded here, as infra.
-			err = rollout.Infra("rollout", fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err))
+		// rollout.Run records nothing when its context ends, so a failure
+		// of the attempt's own deadlines is recorded here, as infra.
+		var timeout error
+		switch {
+		case errors.Is(context.Cause(cctx), errCallTimeout):
+			timeout = fmt.Errorf("attempt %d: a model call ran past rollout_failure.call_timeout_s (%gs): %w", attempt, rf.CallTimeoutS, err)
+		case errors.Is(actx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded):
+			timeout = fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err)
+		}
+		if timeout != nil {
+			err = rollout.Infra("rollout", timeout)
 			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: failclass.Infra, Reason: err.Error()}); aerr != nil {
 				return aerr
 			}
@@ -104,7 +114,7 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 	}
 }
 
-func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task) rollout.Spec {
+func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task, ct *callTimer) rollout.Spec {
 	rec := rollout.RecorderFunc(func(ctx context.Context, ev runlog.Event) error {
 		if _, err := c.o.Log.Append(ctx, ev); err != nil {
 			if errors.Is(err, runlog.ErrStaleAttempt) {
@@ -124,7 +134,7 @@ func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, 
 		return nil
 	})
 	sp := RolloutSpec(c.cfg, c.o.Envs, task, id, attempt,
-		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, seconds(c.cfg.RolloutFailure.CallTimeoutS)}, rec)
+		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, ct}, rec)
 	sp.Logger = c.log
 	if c.o.Chat != nil {
 		sp.Chat, sp.ToolParser = c.o.Chat, c.o.ToolParser
@@ -156,22 +166,53 @@ func RolloutSpec(cfg *Config, reg *env.Registry, task env.Task, id runlog.Rollou
 }
 
 // countingGen counts generated tokens for the tokens/s figure and puts
-// rollout_failure.call_timeout_s on every call.
+// rollout_failure.call_timeout_s on every call (timer).
 type countingGen struct {
-	g       gen.Generator
-	n       *atomic.Int64
-	timeout time.Duration
+	g     gen.Generator
+	n     *atomic.Int64
+	timer *callTimer
 }
 
 func (cg countingGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
-	if cg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cg.timeout)
-		defer cancel()
-	}
+	cg.timer.arm()
 	res, err := cg.g.Generate(ctx, reqs)
+	cg.timer.disarm()
 	for _, r := range res {
 		cg.n.Add(int64(len(r.Tokens)))
 	}
 	return res, err
 }
+
+// errCallTimeout is the cause of an attempt's context that a model call
+// outlived rollout_failure.call_timeout_s.
+var errCallTimeout = errors.New("model call ran past rollout_failure.call_timeout_s")
+
+// callTimer is the call timeout of one attempt: one timer, re-armed for
+// each call (a rollout makes its calls one at a time), that cancels the
+// attempt's context when a call outlives it. A context and a timer per
+// call cost about five allocations a call; this costs none.
+type callTimer struct {
+	d time.Duration
+	t *time.Timer
+}
+
+func newCallTimer(d time.Duration, cancel context.CancelCauseFunc) *callTimer {
+	t := time.AfterFunc(time.Hour, func() { cancel(errCallTimeout) })
+	t.Stop()
+	return &callTimer{d: d, t: t}
+}
+
+// arm, disarm and close do nothing on a nil timer (no call timeout).
+func (ct *callTimer) arm() {
+	if ct != nil {
+		ct.t.Reset(ct.d)
+	}
+}
+
+func (ct *callTimer) disarm() {
+	if ct != nil {
+		ct.t.Stop()
+	}
+}
+
+func (ct *callTimer) close() { ct.disarm() }

@@ -56,13 +56,15 @@ func (w *packWriter) put(data []byte) (blobRef, error) {
 		return r, nil
 	}
 	r := blobRef{Sum: sum, Pack: w.base, Off: w.size + uint64(len(w.buf)), Len: uint32(len(data))}
-	var h [8]byte
-	binary.LittleEndian.PutUint32(h[:], uint32(len(data)))
-	c := crc32.Update(crc32.Checksum(sum[:], castagnoli), castagnoli, data)
-	binary.LittleEndian.PutUint32(h[4:], c)
-	w.buf = append(w.buf, h[:]...)
+	// The frame is built in w.buf: the sum and the data are contiguous
+	// there, so one checksum covers both and sum does not escape to the
+	// heap (crc32 is assembly, so anything it reads does).
+	start := len(w.buf)
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(data)))
+	w.buf = append(w.buf, 0, 0, 0, 0)
 	w.buf = append(w.buf, sum[:]...)
 	w.buf = append(w.buf, data...)
+	binary.LittleEndian.PutUint32(w.buf[start+4:], crc32.Checksum(w.buf[start+8:], castagnoli))
 	w.index[sum] = r
 	w.added = append(w.added, sum)
 	return r, nil

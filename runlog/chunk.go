@@ -121,13 +121,15 @@ func checkChunkHeader(b []byte, base uint64) error {
 
 // appendFrame frames payload onto dst.
 func appendFrame(dst []byte, payload []byte, flags byte) []byte {
-	var h [frameHeaderSize]byte
-	binary.LittleEndian.PutUint32(h[0:], uint32(len(payload)))
-	h[8] = flags
-	c := crc32.Update(crc32.Checksum(h[8:9], castagnoli), castagnoli, payload)
-	binary.LittleEndian.PutUint32(h[4:], c)
-	dst = append(dst, h[:]...)
-	return append(dst, payload...)
+	// The header is built in dst itself: flags and payload are then
+	// contiguous, so one checksum covers both, and no header array
+	// escapes to the heap (crc32 is assembly, so anything it reads does).
+	start := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(payload)))
+	dst = append(dst, 0, 0, 0, 0, flags)
+	dst = append(dst, payload...)
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[start+8:], castagnoli))
+	return dst
 }
 
 // parseFrame reads the frame at the start of b.

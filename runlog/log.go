@@ -91,6 +91,7 @@ type Log struct {
 
 	freeChunk  chan []byte // written units' buffers, back to the stager
 	freePack   chan []byte
+	freeUnit   chan *unit // written units, emptied, back to the stager
 	readyc     chan struct{} // the syncer is idle
 	unitc      chan *unit
 	stagerDone chan struct{}
@@ -157,6 +158,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 		unitc:      make(chan *unit, 1),
 		freeChunk:  make(chan []byte, 2),
 		freePack:   make(chan []byte, 2),
+		freeUnit:   make(chan *unit, 2),
 		stagerDone: make(chan struct{}),
 		cur:        &unit{seq: 1},
 	}
@@ -481,7 +483,11 @@ func (l *Log) handOff() {
 	}
 	l.inflight = append(keep, u)
 	l.seq++
-	l.cur = &unit{seq: l.seq + 1, recs: l.buffer(l.freeChunk)}
+	// A recycled unit was published before the syncer went idle, so the
+	// filter above has dropped it from inflight: rebuildW never sees it
+	// twice.
+	l.cur = l.unit()
+	l.cur.seq, l.cur.recs = l.seq+1, l.buffer(l.freeChunk)
 	l.pack.buf = l.buffer(l.freePack)
 	l.unitc <- u
 }
@@ -496,8 +502,22 @@ func (l *Log) buffer(free chan []byte) []byte {
 	}
 }
 
-// recycle hands a written unit's buffers back to the stager (the syncer):
-// once written, nothing reads them.
+// unit returns an empty unit for staging: a written one back from the
+// syncer (its slices keep their capacity), or a new one.
+func (l *Log) unit() *unit {
+	select {
+	case u := <-l.freeUnit:
+		// Emptied here, not by the syncer: until the stager filters it out
+		// of inflight, rebuildW may still read its seq.
+		*u = unit{reqs: u.reqs[:0], acc: u.acc[:0]}
+		return u
+	default:
+		return &unit{}
+	}
+}
+
+// recycle hands a written unit and its buffers back to the stager (the
+// syncer): once written and answered, nothing reads them.
 func (l *Log) recycle(u *unit) {
 	give := func(free chan []byte, b []byte) {
 		if cap(b) == 0 || cap(b) > maxRecycled {
@@ -511,6 +531,14 @@ func (l *Log) recycle(u *unit) {
 	give(l.freeChunk, u.recs)
 	give(l.freePack, u.pack)
 	u.recs, u.pack = nil, nil
+	clear(u.acc) // the events: let them be collected (rebuildW skips a published unit)
+	if cap(u.reqs) > 1<<16 || cap(u.acc) > 1<<16 {
+		return
+	}
+	select {
+	case l.freeUnit <- u:
+	default:
+	}
 }
 
 // maxRecycled bounds the buffers kept for reuse, so one huge append does
