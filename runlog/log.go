@@ -91,7 +91,7 @@ type Log struct {
 
 	freeChunk  chan []byte // written units' buffers, back to the stager
 	freePack   chan []byte
-	freeUnit   chan *unit // written units, emptied, back to the stager
+	freeUnit   chan *unit    // written units, emptied, back to the stager
 	readyc     chan struct{} // the syncer is idle
 	unitc      chan *unit
 	stagerDone chan struct{}
