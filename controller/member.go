@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -67,7 +66,10 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 			return err
 		}
 		c.evMu.Lock()
-		c.events[id] = slices.Clone(prior)
+		// Room for a typical attempt's events (a call, an env step and now
+		// and then a compaction per turn), so the cache does not regrow
+		// on every few appends.
+		c.events[id] = append(make([]runlog.Event, 0, len(prior)+64), prior...)
 		c.evMu.Unlock()
 		actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
 		cctx, ccancel := context.WithCancelCause(actx)

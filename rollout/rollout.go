@@ -95,6 +95,11 @@ func (e *recordError) Unwrap() error { return e.err }
 
 type loop struct {
 	s      Spec
+	// req is the one-request batch of every call, kept so that a call
+	// does not allocate it. It is written only before a call: a generator
+	// that returned early on a canceled context (gen.Batcher) may still
+	// read it, but an attempt makes no call after a failed one.
+	req [1]gen.Request
 	log    *slog.Logger
 	prior  []runlog.Event
 	pos    int
@@ -418,7 +423,8 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 		Stop:        slices.Clone(l.stops),
 		Seed:        SampleSeed(l.s.Seed, l.s.Rollout, idx),
 	}
-	out, err := l.s.Generator.Generate(ctx, []gen.Request{req})
+	l.req[0] = req
+	out, err := l.s.Generator.Generate(ctx, l.req[:])
 	if err != nil {
 		return runlog.CallFinished{}, classify("generate", err)
 	}
