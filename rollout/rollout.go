@@ -95,11 +95,6 @@ func (e *recordError) Unwrap() error { return e.err }
 
 type loop struct {
 	s      Spec
-	// req is the one-request batch of every call, kept so that a call
-	// does not allocate it. It is written only before a call: a generator
-	// that returned early on a canceled context (gen.Batcher) may still
-	// read it, but an attempt makes no call after a failed one.
-	req [1]gen.Request
 	log    *slog.Logger
 	prior  []runlog.Event
 	pos    int
@@ -144,6 +139,11 @@ type loop struct {
 	// its token record (chatloop.go).
 	bridged bool
 	cb      chatState
+	// req is the one-request batch of every call, kept so that a call
+	// does not allocate it. It is written only before a call: a generator
+	// that returned early on a canceled context (gen.Batcher) may still
+	// read it, but an attempt makes no call after a failed one.
+	req [1]gen.Request
 }
 
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
