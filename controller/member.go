@@ -93,6 +93,11 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		case errors.Is(actx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded):
 			timeout = fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err)
 		}
+		if timeout != nil && c.failedInLog(id, attempt) {
+			// The call's own failure got there first (the client's
+			// request timeout fired with the timer): it is recorded.
+			timeout = nil
+		}
 		if timeout != nil {
 			err = rollout.Infra("rollout", timeout)
 			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: failclass.Infra, Reason: err.Error()}); aerr != nil {
@@ -114,6 +119,17 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		c.log.Warn(msg, "rollout", id, "attempt", attempt, "class", after.LastFailure.Class,
 			"infra_failures", after.InfraFailures, "data_failures", after.DataFailures, "err", err)
 	}
+}
+
+// failedInLog reports whether the log holds the failure of the rollout's
+// attempt.
+func (c *Controller) failedInLog(id runlog.RolloutID, attempt uint32) bool {
+	var failed bool
+	c.o.Log.View(func(s *runlog.State) {
+		r := s.Rollout(id)
+		failed = r.Attempt == attempt && r.Status == runlog.StatusFailed
+	})
+	return failed
 }
 
 func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task, ct *callTimer) rollout.Spec {
