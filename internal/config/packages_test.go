@@ -33,3 +33,51 @@ func TestPackageConfigs(t *testing.T) {
 		t.Errorf("disabled compaction maps to %+v, want the zero config", got)
 	}
 }
+
+// TestControllerConfig checks that the keys the controller reads reach its
+// typed config through the one mapping file.
+func TestControllerConfig(t *testing.T) {
+	c := Default()
+	if err := c.ApplyOverrides([]string{"run.seed=7", "run.mode=throughput", "run.max_steps=11", "run.max_epochs=3",
+		"run.max_lag=2", "run.log_every=5", "data.shuffle=false", "grpo.num_prompts_per_step=6",
+		"grpo.num_generations_per_prompt=4", "grpo.microbatch_tokens=999", "rollout_failure.max_infra_attempts=9",
+		"rollout_failure.max_data_attempts=8", "rollout_failure.retry_delay_steps=3", "rollout_failure.stall_timeout_s=12",
+		"rollout_failure.call_timeout_s=13", "rollout_failure.rollout_timeout_s=14", "rollout_failure.on_dropped_prompt=replace",
+		"checkpointing.save_period=7", "checkpointing.dir=ck", "rollout_checkpointing.snapshot_attempt_interval_s=4",
+		"env.name=guess", "env.params.x=1", "rollout.max_turns=5", "sampling.top_k=3", "tokenizer.history=rerender"}); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := c.Controller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key       string
+		got, want any
+	}{
+		{"run.seed", cc.Run.Seed, uint64(7)}, {"run.mode", cc.Run.Mode, "throughput"}, {"run.max_steps", cc.Run.MaxSteps, 11},
+		{"run.max_epochs", cc.Run.MaxEpochs, 3}, {"run.max_lag", cc.Run.MaxLag, 2}, {"run.log_every", cc.Run.LogEvery, 5},
+		{"data.shuffle", cc.Shuffle, false}, {"grpo.num_prompts_per_step", cc.GRPO.NumPromptsPerStep, 6},
+		{"grpo.num_generations_per_prompt", cc.GRPO.NumGenerationsPerPrompt, 4}, {"grpo.microbatch_tokens", cc.GRPO.MicrobatchTokens, 999},
+		{"rollout_failure.max_infra_attempts", cc.RolloutFailure.MaxInfraAttempts, 9},
+		{"rollout_failure.max_data_attempts", cc.RolloutFailure.MaxDataAttempts, 8},
+		{"rollout_failure.retry_delay_steps", cc.RolloutFailure.RetryDelaySteps, 3},
+		{"rollout_failure.stall_timeout_s", cc.RolloutFailure.StallTimeoutS, 12.0},
+		{"rollout_failure.call_timeout_s", cc.RolloutFailure.CallTimeoutS, 13.0},
+		{"rollout_failure.rollout_timeout_s", cc.RolloutFailure.RolloutTimeoutS, 14.0},
+		{"rollout_failure.on_dropped_prompt", cc.RolloutFailure.OnDroppedPrompt, "replace"},
+		{"checkpointing.save_period", cc.Checkpointing.SavePeriod, 7}, {"checkpointing.dir", cc.Checkpointing.Dir, "ck"},
+		{"rollout_checkpointing.snapshot_attempt_interval_s", cc.SnapshotIntervalS, 4.0},
+		{"env.name", cc.EnvName, "guess"}, {"env.params", string(cc.EnvParams), `{"x":1}`},
+		{"rollout.max_turns", cc.Rollout.MaxTurns, 5}, {"sampling.top_k", cc.Sampling.TopK, 3},
+		{"tokenizer.history", cc.History, "rerender"}, {"digest", cc.Digest, Digest(c)},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: controller config has %v, want %v", tc.key, tc.got, tc.want)
+		}
+	}
+	c.RolloutCheckpointing.Enabled = false
+	if cc, _ := c.Controller(); cc.SnapshotIntervalS != 0 {
+		t.Errorf("rollout_checkpointing.enabled=false maps to a snapshot interval of %gs", cc.SnapshotIntervalS)
+	}
+}
