@@ -60,7 +60,7 @@ type decodeWS struct {
 	h, sig, act     []float32 // (B, 2F), (B, F), (B, F)
 	logits          []float32 // (B, V)
 	q               []float32 // (d) one row's roped queries
-	probs           []float32 // (ctx+32) one row's attention scores/probabilities, room for a 32-lane tail
+	probs           []float32 // (H, probStride(ctx)) one row's attention scores/probabilities per head
 	active, next    []*genSeq
 }
 
@@ -68,7 +68,7 @@ func (m *Model) decodeWS(shard, B int) *decodeWS {
 	c := m.cfg
 	dw := m.dec[shard]
 	if dw == nil {
-		dw = &decodeWS{q: make([]float32, c.Dim), probs: make([]float32, c.Context+32)}
+		dw = &decodeWS{q: make([]float32, c.Dim), probs: make([]float32, c.Heads*probStride(c.Context))}
 		m.dec[shard] = dw
 	}
 	if dw.B < B {
@@ -351,8 +351,8 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 				for p, v := range kh {
 					kv.kt[(h*hs+p)*T+pos] = v
 				}
-				attnDecode(dw.att[b*d+h*hs:b*d+(h+1)*hs], dw.probs, qh, kv.kt[h*hs*T:], kv.v[h*T*hs:], pos+1, T, scale)
 			}
+			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, dw.q, kv.kt, kv.v, pos+1, T, H, hs, scale)
 		}
 		kern.MatMul(dw.x, dw.att, lp.proj, B, d, d, true)
 		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln2, B, d, c.NormEps)
@@ -380,6 +380,24 @@ func attnDecode(out, probs, q, kt, v []float32, nk, T int, scale float32) {
 	decodeScores(probs, q, kt, nk, T)
 	softmaxCausal(s, nk, scale)
 	decodeValues(out, s, v)
+}
+
+// probStride is the room for one head's scores in a decode row: the
+// context and a tail for lanes past nk (up to 32 of them).
+func probStride(T int) int { return T + 32 }
+
+// attnDecodeRow is attnDecode for every head of one row at once: q and out
+// are (H·hs), kt the layer's transposed keys (H, hs, T), v its values (H,
+// T, hs), probs H stripes of probStride(T). Running the heads' chains
+// together keeps the FMA units busy; every lane is the same chain as
+// attnDecode's (and training's).
+func attnDecodeRow(out, probs, q, kt, v []float32, nk, T, H, hs int, scale float32) {
+	ps := probStride(T)
+	decodeScoresHeads(probs, ps, q, kt, nk, T, H, hs)
+	for h := range H {
+		softmaxCausal(probs[h*ps:h*ps+nk], nk, scale)
+	}
+	decodeValuesHeads(out, probs, ps, v, nk, T, H, hs)
 }
 
 // axpyScores: s[j] = Σ_p q[p]·kt[p·T+j] as kern.Axpy chains.
