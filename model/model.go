@@ -33,6 +33,7 @@ type Model struct {
 	dec    [nShards]*decodeWS  // decode-step buffers, allocated on first use
 	kvFree [][]layerKV         // KV caches kept for the next Generate call
 	wteT   []float32           // (d, V) transposed head for decode, refreshed by Generate
+	dpk    *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
 
 	prefilled int // prompt tokens the last Generate computed (the rest were shared)
 }

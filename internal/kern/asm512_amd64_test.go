@@ -46,7 +46,7 @@ func TestAsm512MatchesArchsimd(t *testing.T) {
 					gemm512simd(want, n, A, B, m, k, n, acc, inPlace, new(scratch))
 					for _, z := range zShapes {
 						got := slices.Clone(c0)
-						gemm512z(z, got, n, A, B, m, k, n, acc, inPlace, new(panel))
+						gemm512z(z, got, n, A, B, m, k, n, acc, inPlace, new(panel), nil)
 						bitsEqual(t, fmt.Sprintf("z=%v kind=%d m=%d k=%d n=%d acc=%v inPlace=%v", z, kind, m, k, n, acc, inPlace), got, want)
 					}
 				}
@@ -71,7 +71,7 @@ func TestAsm512StaysInBounds(t *testing.T) {
 				buf[i] = 12345
 			}
 			c := buf[32 : 32+m*n : 32+m*n]
-			gemm512z(z, c, n, operand{a, k, 1}, operand{b, n, 1}, m, k, n, true, false, new(panel))
+			gemm512z(z, c, n, operand{a, k, 1}, operand{b, n, 1}, m, k, n, true, false, new(panel), nil)
 			for i := range 32 {
 				if buf[i] != 12345 || buf[32+m*n+i] != 12345 {
 					t.Fatalf("z=%v m=%d k=%d n=%d: wrote outside C", z, m, k, n)

@@ -30,14 +30,15 @@ func gemm512(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool,
 		gemm512simd(c, ldc, A, B, m, k, n, acc, inPlace, sc)
 		return
 	}
-	gemm512z(zShape{zRows, zVecs, zKC}, c, ldc, A, B, m, k, n, acc, inPlace, &sc.b)
+	gemm512z(zShape{zRows, zVecs, zKC}, c, ldc, A, B, m, k, n, acc, inPlace, &sc.b, nil)
 }
 
 // gemm512z runs the assembly kernels with blocking z: for each K-block, for
 // each column panel (packed zero-padded, or read in place), row tiles of
 // near-equal height (so the last tile is not a thin one) that read A in
-// place. C columns past n are masked off inside the kernels.
-func gemm512z(z zShape, c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel) {
+// place. C columns past n are masked off inside the kernels. With pk (B
+// from Pack, B is then its plain form) the panels come from pk.
+func gemm512z(z zShape, c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel, pk *Packed) {
 	if z.kc > kcBlk || z.kc*z.vecs*16 > len(buf) {
 		panic(fmt.Sprintf("kern: AVX-512 blocking %+v exceeds the %d-float panel", z, len(buf)))
 	}
@@ -53,7 +54,15 @@ func gemm512z(z zShape, c []float32, ldc int, A, B operand, m, k, n int, acc, in
 			vecs := min(z.vecs, (n-jb+15)/16)
 			W := vecs * 16
 			w := min(W, n-jb)
-			bp, bs := bPanel(isaAVX512, B, kb, kc, jb, w, W, inPlace, buf)
+			var bp unsafe.Pointer
+			var bs uintptr
+			if pk != nil && pk.w == z.vecs*16 {
+				// Packed panels are z.vecs·16 wide; a narrower last panel
+				// reads the first columns of its rows.
+				bp, bs = unsafe.Pointer(&pk.p[(jb/pk.w)*k*pk.w+kb*pk.w+jb%pk.w]), uintptr(pk.w)*4
+			} else {
+				bp, bs = bPanel(isaAVX512, B, kb, kc, jb, w, W, inPlace, buf)
+			}
 			mask := ^uint64(0)
 			if w < 64 {
 				mask = 1<<w - 1

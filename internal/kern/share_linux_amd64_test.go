@@ -70,7 +70,7 @@ func BenchmarkKernelShare(b *testing.B) {
 		run  func(c []float32, A, B operand, m, k, n int, sc *scratch)
 	}
 	drivers := []driver{{"avx2", false, func(c []float32, A, B operand, m, k, n int, sc *scratch) {
-		gemm256(c, n, A, B, m, k, n, false, true, &sc.b)
+		gemm256(c, n, A, B, m, k, n, false, true, &sc.b, nil)
 	}}}
 	if cpuISA >= isaAVX512 {
 		drivers = append(drivers, driver{"512archsimd", true, func(c []float32, A, B operand, m, k, n int, sc *scratch) {
@@ -78,7 +78,7 @@ func BenchmarkKernelShare(b *testing.B) {
 		}})
 		for _, z := range zShapes {
 			drivers = append(drivers, driver{fmt.Sprintf("z%dx%dk%d", z.rows, 16*z.vecs, z.kc), true, func(c []float32, A, B operand, m, k, n int, sc *scratch) {
-				gemm512z(z, c, n, A, B, m, k, n, false, true, &sc.b)
+				gemm512z(z, c, n, A, B, m, k, n, false, true, &sc.b, nil)
 			}})
 		}
 	}
@@ -132,5 +132,47 @@ func BenchmarkKernelShare(b *testing.B) {
 		if cpuISA >= isaAVX512 {
 			b.ReportMetric(worst[fmt.Sprintf("z%dx%dk%d", zRows, 16*zVecs, zKC)], "min%pk-avx512")
 		}
+	}
+}
+
+// BenchmarkPackedDecode: a decode step's products for Model A (2 layers,
+// d = 128, F = 352, V = 264) at 8 rows (batch 16 on 2 shards), with the
+// weights in place (MatMul) and from Pack (MatMulPacked), as a share of
+// the FMA peak in thread CPU time (best of 30 trials).
+func BenchmarkPackedDecode(b *testing.B) {
+	if cpuISA < isaAVX2 {
+		b.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	dims := [][2]int{{128, 384}, {128, 128}, {128, 704}, {352, 128}, {128, 384}, {128, 128}, {128, 704}, {352, 128}, {128, 264}}
+	const m = 8
+	ws := make([][]float32, len(dims))
+	pks := make([]Packed, len(dims))
+	fl := 0.0
+	for i, d := range dims {
+		ws[i] = randVec(r, d[0]*d[1])
+		Pack(&pks[i], ws[i], d[0], d[1])
+		fl += 2 * float64(m*d[0]*d[1])
+	}
+	a, c := randVec(r, m*704), make([]float32, m*704)
+	for range b.N {
+		lanes := 8.0
+		peak := func() { fmaPeak256(1000) }
+		if bestISA == isaAVX512 {
+			lanes, peak = 16, func() { fmaPeak512(1000) }
+		}
+		pk := cpuRate(12*lanes*2*1000, 30, peak)
+		inPlace := cpuRate(fl, 30, func() {
+			for i, d := range dims {
+				MatMul(c, a, ws[i], m, d[0], d[1], false)
+			}
+		})
+		packed := cpuRate(fl, 30, func() {
+			for i := range dims {
+				MatMulPacked(c, a, m, &pks[i], false)
+			}
+		})
+		b.ReportMetric(100*inPlace/pk, "%pk-inplace")
+		b.ReportMetric(100*packed/pk, "%pk-packed")
 	}
 }

@@ -5,6 +5,7 @@ package kern
 //go:generate sh -c "python3 gen_kernels.py > kernels_amd64.go && gofmt -w kernels_amd64.go"
 
 import (
+	"fmt"
 	"os"
 	"simd/archsimd"
 	"sync"
@@ -91,6 +92,44 @@ func matMulTN(c, a, b []float32, m, k, n int, acc bool) {
 	mmISA(bestISA, kindTN, c, a, b, m, k, n, acc, 0, m)
 }
 
+// packWidthOf is the panel width of Pack's layout for a path.
+func packWidthOf(isa int) int {
+	switch isa {
+	case isaAVX512:
+		return zVecs * 16
+	case isaAVX2:
+		return 16
+	}
+	return 0
+}
+
+func matMulPacked(c, a []float32, m int, B *Packed, acc bool) { packedISA(bestISA, c, a, m, B, acc) }
+
+// packedISA is MatMulPacked on the given path; B must have been packed for
+// it (width packWidthOf(isa)).
+func packedISA(isa int, c, a []float32, m int, B *Packed, acc bool) {
+	k, n := B.k, B.n
+	if m == 0 {
+		return
+	}
+	if B.w != packWidthOf(isa) {
+		panic(fmt.Sprintf("kern: operand packed %d wide, path %s wants %d", B.w, isaName(isa), packWidthOf(isa)))
+	}
+	A, Bp := operand{a, k, 1}, operand{B.b, n, 1}
+	sc := scratchPool.Get().(*scratch)
+	switch {
+	case isa == isaAVX512 && m >= zGEMVRows:
+		gemm512z(zShape{zRows, zVecs, zKC}, c, n, A, Bp, m, k, n, acc, true, &sc.b, B)
+	case isa == isaAVX512:
+		gemm512simd(c, n, A, Bp, m, k, n, acc, true, sc)
+	case isa == isaAVX2:
+		gemm256(c, n, A, Bp, m, k, n, acc, true, &sc.b, B)
+	default:
+		RefMatMul(c, a, B.b, m, k, n, acc)
+	}
+	scratchPool.Put(sc)
+}
+
 func mmRows(kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) {
 	mmISA(bestISA, kind, c, a, b, m, k, n, acc, r0, r1)
 }
@@ -139,7 +178,7 @@ func mmISA(isa, kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) 
 	if isa == isaAVX512 {
 		gemm512(cc, n, A, B, rows, k, n, acc, true, sc)
 	} else {
-		gemm256(cc, n, A, B, rows, k, n, acc, true, &sc.b)
+		gemm256(cc, n, A, B, rows, k, n, acc, true, &sc.b, nil)
 	}
 	scratchPool.Put(sc)
 }

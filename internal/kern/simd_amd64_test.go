@@ -147,7 +147,7 @@ func BenchmarkPackPolicy(b *testing.B) {
 						if isa == isaAVX512 {
 							gemm512(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, buf)
 						} else {
-							gemm256(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, &buf.b)
+							gemm256(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, &buf.b, nil)
 						}
 					}
 					b.ReportMetric(2*float64(m*k*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
@@ -252,7 +252,7 @@ func TestAsmMatchesArchsimd(t *testing.T) {
 			for _, acc := range []bool{false, true} {
 				for _, inPlace := range []bool{false, true} {
 					got, want := slices.Clone(c0), slices.Clone(c0)
-					gemm256(got, n, A, B, m, k, n, acc, inPlace, new(panel))
+					gemm256(got, n, A, B, m, k, n, acc, inPlace, new(panel), nil)
 					gemm256simd(want, n, A, B, m, k, n, acc, inPlace, new(panel))
 					bitsEqual(t, fmt.Sprintf("kind=%d m=%d k=%d n=%d acc=%v inPlace=%v", kind, m, k, n, acc, inPlace), got, want)
 				}
