@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
@@ -146,53 +147,76 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 			parent[i] = -1
 		}
 	}
-	// whole trees go to one shard (parents before children, in index order)
-	shardOf := make([]int, len(reqs))
-	var load [nShards]int
+	// Prefill runs level by level of the prefix trees (roots, then the
+	// requests whose parent is a root, ...), each level's requests spread
+	// over the shards by prefill tokens, longest first: a lone group's
+	// members are computed on both cores once its root is done. A request
+	// computes the same bits on any shard.
+	level := make([]int, len(reqs))
+	levels := 1
 	for i := range reqs {
 		if parent[i] >= 0 {
-			shardOf[i] = shardOf[parent[i]]
-			load[shardOf[i]] += len(reqs[i].Prompt) - shared[i]
-			continue
+			level[i] = level[parent[i]] + 1
+			levels = max(levels, level[i]+1)
 		}
-		best := 0
-		for s := 1; s < nShards; s++ {
-			if load[s] < load[best] {
-				best = s
-			}
-		}
-		shardOf[i] = best
-		load[best] += len(reqs[i].Prompt)
 	}
-	m.prefilled = 0
+	pcost := func(i int) int { return len(reqs[i].Prompt) - shared[i] }
+	shardOf := make([]int, len(reqs))
+	byLevel := make([][]int, levels)
 	for i := range reqs {
-		m.prefilled += len(reqs[i].Prompt) - shared[i]
+		byLevel[level[i]] = append(byLevel[level[i]], i)
+	}
+	for _, idx := range byLevel {
+		order := slices.Clone(idx)
+		slices.SortStableFunc(order, func(a, b int) int { return pcost(b) - pcost(a) })
+		var load [nShards]int
+		for _, i := range order {
+			best := 0
+			for s := 1; s < nShards; s++ {
+				if load[s] < load[best] {
+					best = s
+				}
+			}
+			shardOf[i] = best
+			load[best] += pcost(i)
+		}
+	}
+	m.prefilled, m.prefillShards = 0, [nShards]int{}
+	for i := range reqs {
+		m.prefilled += pcost(i)
+		m.prefillShards[shardOf[i]] += pcost(i)
 	}
 	var errs [nShards]error
-	runShards(func(sh int) {
-		ws := m.workspace(sh, false)
-		for i, s := range seqs {
-			if shardOf[i] != sh {
-				continue
+	for _, idx := range byLevel {
+		runShards(func(sh int) {
+			ws := m.workspace(sh, false)
+			for _, i := range idx {
+				if shardOf[i] != sh {
+					continue
+				}
+				if err := ctx.Err(); err != nil {
+					errs[sh] = err
+					return
+				}
+				s := seqs[i]
+				p := s.req.Prompt
+				if parent[i] >= 0 {
+					copyKV(s.kv, seqs[parent[i]].kv, shared[i], c)
+				}
+				if shared[i] == len(p) {
+					copy(s.logits, seqs[parent[i]].logits)
+				} else {
+					m.forward(ws, p[shared[i]:], shared[i], s.kv, true)
+					copy(s.logits, ws.logits[:c.Vocab])
+					transposeKeys(s.kv, shared[i], len(p), c)
+				}
+				s.pos = len(p)
 			}
-			if err := ctx.Err(); err != nil {
-				errs[sh] = err
-				return
-			}
-			p := s.req.Prompt
-			if parent[i] >= 0 {
-				copyKV(s.kv, seqs[parent[i]].kv, shared[i], c)
-			}
-			if shared[i] == len(p) {
-				copy(s.logits, seqs[parent[i]].logits)
-			} else {
-				m.forward(ws, p[shared[i]:], shared[i], s.kv, true)
-				copy(s.logits, ws.logits[:c.Vocab])
-				transposeKeys(s.kv, shared[i], len(p), c)
-			}
-			s.pos = len(p)
+		})
+		if slices.ContainsFunc(errs[:], func(e error) bool { return e != nil }) {
+			break
 		}
-	})
+	}
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("model: generate: %w", err)
