@@ -203,6 +203,7 @@ func bPanel(isa int, B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) 
 				archsimd.LoadFloat32x8Slice(srow[j:]).StoreSlice(drow[j:])
 			}
 		}
+		archsimd.ClearAVXUpperBits() // the Go code around is legacy SSE (GOAMD64=v1)
 	} else if B.cs == 1 {
 		for pp := 0; pp < kc; pp++ {
 			d := dst[pp*W : pp*W+W]
