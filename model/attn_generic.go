@@ -4,3 +4,15 @@ package model
 
 func decodeScores(probs, q, kt []float32, nk, T int) { axpyScores(probs, q, kt, nk, T) }
 func decodeValues(out, s, v []float32)               { axpyValues(out, s, v) }
+
+func decodeScoresHeads(probs []float32, ps int, q, kt []float32, nk, T, H, hs int) {
+	for h := range H {
+		axpyScores(probs[h*ps:], q[h*hs:(h+1)*hs], kt[h*hs*T:], nk, T)
+	}
+}
+
+func decodeValuesHeads(out, probs []float32, ps int, v []float32, nk, T, H, hs int) {
+	for h := range H {
+		axpyValues(out[h*hs:(h+1)*hs], probs[h*ps:h*ps+nk], v[h*T*hs:])
+	}
+}

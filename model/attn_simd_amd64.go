@@ -44,6 +44,7 @@ func decodeScores(probs, q, kt []float32, nk, T int) {
 		a2.StoreSlice(probs[j+16:])
 		a3.StoreSlice(probs[j+24:])
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // decodeValues writes out[c] = Σ_j s[j]·v[j·hs+c], 32 columns of chains in
@@ -77,6 +78,7 @@ func decodeValues(out, s, v []float32) {
 		store8(a2, out, c+16)
 		store8(a3, out, c+24)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // load8 loads x[off:off+8], zero-filling past the end.

@@ -98,7 +98,43 @@ func BenchmarkGenerate(b *testing.B) {
 				}
 				b.ReportMetric(float64(toks)/b.Elapsed().Seconds(), "tok/s")
 				b.ReportMetric(float64(toks)/(cpuTime()-c0).Seconds(), "tok/cpu-s")
+				b.ReportMetric((cpuTime()-c0).Seconds()/b.Elapsed().Seconds(), "cores")
 			})
 		}
 	}
+}
+
+// BenchmarkGenerateTurn: an RL turn of the default run's shape: G = 8
+// members of one group whose prompts share a 40-token prefix and go on
+// with 30 tokens each, 6 new tokens per call (sampling.max_tokens_per_call).
+// Reports prompt+new tokens per second and the cores kept busy (CPU
+// seconds per wall second; on a shared machine other jobs lower it).
+func BenchmarkGenerateTurn(b *testing.B) {
+	cfg := DefaultConfig()
+	m, err := New(cfg, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(2, 2))
+	root := make([]int32, 40)
+	for i := range root {
+		root[i] = int32(r.IntN(256))
+	}
+	var reqs []SampleRequest
+	for g := range 8 {
+		p := append([]int32(nil), root...)
+		for range 30 {
+			p = append(p, int32(r.IntN(256)))
+		}
+		reqs = append(reqs, SampleRequest{Prompt: p, MaxTokens: 6, Temperature: 1, Seed: uint64(g)})
+	}
+	b.ResetTimer()
+	c0 := cpuTime()
+	for range b.N {
+		if _, err := m.Generate(context.Background(), reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(reqs)*76)/b.Elapsed().Seconds(), "tok/s")
+	b.ReportMetric((cpuTime()-c0).Seconds()/b.Elapsed().Seconds(), "cores")
 }

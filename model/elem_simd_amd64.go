@@ -6,7 +6,9 @@ import "simd/archsimd"
 
 // Vector forms of the elementwise row loops in layers.go: the same IEEE
 // operations in the same order per element (no fusion), so the same bits;
-// tails run the scalar reference.
+// tails run the scalar reference, after archsimd.ClearAVXUpperBits (the
+// scalar code is legacy SSE under GOAMD64=v1 and would otherwise carry a
+// false dependency on the dirty upper halves).
 
 func negate(dst, src []float32) {
 	dst = dst[:len(src)]
@@ -16,6 +18,7 @@ func negate(dst, src []float32) {
 		for ; i+8 <= len(src); i += 8 {
 			archsimd.LoadFloat32x8Slice(src[i:]).Mul(m).StoreSlice(dst[i:])
 		}
+		archsimd.ClearAVXUpperBits()
 	}
 	negateRef(dst[i:], src[i:])
 }
@@ -31,6 +34,7 @@ func swigluRow(act, sr, gate, up []float32) {
 			s.StoreSlice(sr[i:])
 			archsimd.LoadFloat32x8Slice(gate[i:]).Mul(s).Mul(archsimd.LoadFloat32x8Slice(up[i:])).StoreSlice(act[i:])
 		}
+		archsimd.ClearAVXUpperBits()
 	}
 	swigluRowRef(act[i:], sr[i:], gate[i:], up[i:])
 }
@@ -49,6 +53,7 @@ func swigluBackRow(dg, du, da, gate, up, sr []float32) {
 			dsilu := s.Mul(one.Add(g.Mul(one.Sub(s))))
 			a.Mul(archsimd.LoadFloat32x8Slice(up[i:])).Mul(dsilu).StoreSlice(dg[i:])
 		}
+		archsimd.ClearAVXUpperBits()
 	}
 	swigluBackRowRef(dg[i:], du[i:], da[i:], gate[i:], up[i:], sr[i:])
 }
@@ -67,6 +72,7 @@ func rmsnormBackRow(dx, dg, dy, x, g []float32, s, c float32) {
 			t := sv.Mul(archsimd.LoadFloat32x8Slice(g[i:])).Mul(yi).Sub(xi.Mul(cv))
 			archsimd.LoadFloat32x8Slice(dx[i:]).Add(t).StoreSlice(dx[i:])
 		}
+		archsimd.ClearAVXUpperBits()
 	}
 	rmsnormBackRowRef(dx[i:], dg[i:], dy[i:], x[i:], g[i:], s, c)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
@@ -60,7 +61,7 @@ type decodeWS struct {
 	h, sig, act     []float32 // (B, 2F), (B, F), (B, F)
 	logits          []float32 // (B, V)
 	q               []float32 // (d) one row's roped queries
-	probs           []float32 // (ctx+32) one row's attention scores/probabilities, room for a 32-lane tail
+	probs           []float32 // (H, probStride(ctx)) one row's attention scores/probabilities per head
 	active, next    []*genSeq
 }
 
@@ -68,7 +69,7 @@ func (m *Model) decodeWS(shard, B int) *decodeWS {
 	c := m.cfg
 	dw := m.dec[shard]
 	if dw == nil {
-		dw = &decodeWS{q: make([]float32, c.Dim), probs: make([]float32, c.Context+32)}
+		dw = &decodeWS{q: make([]float32, c.Dim), probs: make([]float32, c.Heads*probStride(c.Context))}
 		m.dec[shard] = dw
 	}
 	if dw.B < B {
@@ -146,53 +147,76 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 			parent[i] = -1
 		}
 	}
-	// whole trees go to one shard (parents before children, in index order)
-	shardOf := make([]int, len(reqs))
-	var load [nShards]int
+	// Prefill runs level by level of the prefix trees (roots, then the
+	// requests whose parent is a root, ...), each level's requests spread
+	// over the shards by prefill tokens, longest first: a lone group's
+	// members are computed on both cores once its root is done. A request
+	// computes the same bits on any shard.
+	level := make([]int, len(reqs))
+	levels := 1
 	for i := range reqs {
 		if parent[i] >= 0 {
-			shardOf[i] = shardOf[parent[i]]
-			load[shardOf[i]] += len(reqs[i].Prompt) - shared[i]
-			continue
+			level[i] = level[parent[i]] + 1
+			levels = max(levels, level[i]+1)
 		}
-		best := 0
-		for s := 1; s < nShards; s++ {
-			if load[s] < load[best] {
-				best = s
-			}
-		}
-		shardOf[i] = best
-		load[best] += len(reqs[i].Prompt)
 	}
-	m.prefilled = 0
+	pcost := func(i int) int { return len(reqs[i].Prompt) - shared[i] }
+	shardOf := make([]int, len(reqs))
+	byLevel := make([][]int, levels)
 	for i := range reqs {
-		m.prefilled += len(reqs[i].Prompt) - shared[i]
+		byLevel[level[i]] = append(byLevel[level[i]], i)
+	}
+	for _, idx := range byLevel {
+		order := slices.Clone(idx)
+		slices.SortStableFunc(order, func(a, b int) int { return pcost(b) - pcost(a) })
+		var load [nShards]int
+		for _, i := range order {
+			best := 0
+			for s := 1; s < nShards; s++ {
+				if load[s] < load[best] {
+					best = s
+				}
+			}
+			shardOf[i] = best
+			load[best] += pcost(i)
+		}
+	}
+	m.prefilled, m.prefillShards = 0, [nShards]int{}
+	for i := range reqs {
+		m.prefilled += pcost(i)
+		m.prefillShards[shardOf[i]] += pcost(i)
 	}
 	var errs [nShards]error
-	runShards(func(sh int) {
-		ws := m.workspace(sh, false)
-		for i, s := range seqs {
-			if shardOf[i] != sh {
-				continue
+	for _, idx := range byLevel {
+		runShards(func(sh int) {
+			ws := m.workspace(sh, false)
+			for _, i := range idx {
+				if shardOf[i] != sh {
+					continue
+				}
+				if err := ctx.Err(); err != nil {
+					errs[sh] = err
+					return
+				}
+				s := seqs[i]
+				p := s.req.Prompt
+				if parent[i] >= 0 {
+					copyKV(s.kv, seqs[parent[i]].kv, shared[i], c)
+				}
+				if shared[i] == len(p) {
+					copy(s.logits, seqs[parent[i]].logits)
+				} else {
+					m.forward(ws, p[shared[i]:], shared[i], s.kv, true)
+					copy(s.logits, ws.logits[:c.Vocab])
+					transposeKeys(s.kv, shared[i], len(p), c)
+				}
+				s.pos = len(p)
 			}
-			if err := ctx.Err(); err != nil {
-				errs[sh] = err
-				return
-			}
-			p := s.req.Prompt
-			if parent[i] >= 0 {
-				copyKV(s.kv, seqs[parent[i]].kv, shared[i], c)
-			}
-			if shared[i] == len(p) {
-				copy(s.logits, seqs[parent[i]].logits)
-			} else {
-				m.forward(ws, p[shared[i]:], shared[i], s.kv, true)
-				copy(s.logits, ws.logits[:c.Vocab])
-				transposeKeys(s.kv, shared[i], len(p), c)
-			}
-			s.pos = len(p)
+		})
+		if slices.ContainsFunc(errs[:], func(e error) bool { return e != nil }) {
+			break
 		}
-	})
+	}
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("model: generate: %w", err)
@@ -208,6 +232,7 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 		}
 	}
 	split := splitShards(cost)
+	m.packDecode(cost)
 	runShards(func(sh int) {
 		lo, hi := split[sh][0], split[sh][1]
 		if lo < hi {
@@ -317,6 +342,59 @@ func isStop(t int32, stop []int32) bool {
 	return false
 }
 
+// decodePacked holds decode's weight matrices laid out by kern.Pack:
+// a decode step reads every weight once for a few rows, and packed panels
+// stream front to back (kern's BenchmarkPackedDecode, Model A at 8 rows on
+// the shared Xeon: 37-41 % of the AVX-512 FMA peak in place, 53-57 %
+// packed; AVX2 about even). The products give the bits of kern.MatMul with
+// the plain weights.
+type decodePacked struct {
+	on     bool // packed for this Generate call
+	layers []struct{ qkv, proj, fc, fc2 kern.Packed }
+	head   kern.Packed
+}
+
+// packDecodeMin is the fewest decode rows (tokens to sample, summed over
+// the batch) for which packing the weights (one pass over them) pays.
+const packDecodeMin = 256
+
+// packDecode lays the weights out for decode when the call samples enough
+// tokens to repay it; otherwise decode reads them in place.
+func (m *Model) packDecode(cost []int) {
+	if m.dpk == nil {
+		m.dpk = &decodePacked{layers: make([]struct{ qkv, proj, fc, fc2 kern.Packed }, m.cfg.Layers)}
+	}
+	rows := 0
+	for _, c := range cost {
+		rows += c
+	}
+	dp := m.dpk
+	dp.on = rows >= packDecodeMin
+	if !dp.on {
+		return
+	}
+	c := m.cfg
+	d, f := c.Dim, c.Hidden
+	for l := range dp.layers {
+		lp, pl := &m.p.layers[l], &dp.layers[l]
+		kern.Pack(&pl.qkv, lp.qkv, d, 3*d)
+		kern.Pack(&pl.proj, lp.proj, d, d)
+		kern.Pack(&pl.fc, lp.fc, d, 2*f)
+		kern.Pack(&pl.fc2, lp.fc2, f, d)
+	}
+	kern.Pack(&dp.head, m.wteT, d, c.Vocab)
+}
+
+// decodeMatMul is kern.MatMul(c, a, w, rows, k, n, acc), from the packed
+// copy of w when this call packed one.
+func (m *Model) decodeMatMul(c, a, w []float32, pk *kern.Packed, rows, k, n int, acc bool) {
+	if m.dpk != nil && m.dpk.on {
+		kern.MatMulPacked(c, a, rows, pk, acc)
+		return
+	}
+	kern.MatMul(c, a, w, rows, k, n, acc)
+}
+
 // decodeStep feeds each sequence's pending token at its position and leaves
 // the next logits in s.logits. It is the training forward restricted to one
 // row per sequence: the same layer functions, the same kernel chains.
@@ -332,7 +410,8 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 	for l := range c.Layers {
 		lp := &p.layers[l]
 		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln1, B, d, c.NormEps)
-		kern.MatMul(dw.qkv, dw.ln, lp.qkv, B, d, 3*d, false)
+		pl := &m.dpk.layers[l]
+		m.decodeMatMul(dw.qkv, dw.ln, lp.qkv, &pl.qkv, B, d, 3*d, false)
 		for b, s := range seqs {
 			pos := s.pos
 			src := dw.qkv[b*3*d : (b+1)*3*d]
@@ -351,17 +430,17 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 				for p, v := range kh {
 					kv.kt[(h*hs+p)*T+pos] = v
 				}
-				attnDecode(dw.att[b*d+h*hs:b*d+(h+1)*hs], dw.probs, qh, kv.kt[h*hs*T:], kv.v[h*T*hs:], pos+1, T, scale)
 			}
+			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, dw.q, kv.kt, kv.v, pos+1, T, H, hs, scale)
 		}
-		kern.MatMul(dw.x, dw.att, lp.proj, B, d, d, true)
+		m.decodeMatMul(dw.x, dw.att, lp.proj, &pl.proj, B, d, d, true)
 		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln2, B, d, c.NormEps)
-		kern.MatMul(dw.h, dw.ln, lp.fc, B, d, 2*f, false)
+		m.decodeMatMul(dw.h, dw.ln, lp.fc, &pl.fc, B, d, 2*f, false)
 		swigluForward(dw.act, dw.sig, dw.h, B, f)
-		kern.MatMul(dw.x, dw.act, lp.fc2, B, f, d, true)
+		m.decodeMatMul(dw.x, dw.act, lp.fc2, &pl.fc2, B, f, d, true)
 	}
 	rmsnormForward(dw.ln, dw.rstd, dw.x, p.lnf, B, d, c.NormEps)
-	kern.MatMul(dw.logits, dw.ln, m.wteT, B, d, V, false)
+	m.decodeMatMul(dw.logits, dw.ln, m.wteT, &m.dpk.head, B, d, V, false)
 	for b, s := range seqs {
 		copy(s.logits, dw.logits[b*V:(b+1)*V])
 		s.pos++
@@ -380,6 +459,24 @@ func attnDecode(out, probs, q, kt, v []float32, nk, T int, scale float32) {
 	decodeScores(probs, q, kt, nk, T)
 	softmaxCausal(s, nk, scale)
 	decodeValues(out, s, v)
+}
+
+// probStride is the room for one head's scores in a decode row: the
+// context and a tail for lanes past nk (up to 32 of them).
+func probStride(T int) int { return T + 32 }
+
+// attnDecodeRow is attnDecode for every head of one row at once: q and out
+// are (H·hs), kt the layer's transposed keys (H, hs, T), v its values (H,
+// T, hs), probs H stripes of probStride(T). Running the heads' chains
+// together keeps the FMA units busy; every lane is the same chain as
+// attnDecode's (and training's).
+func attnDecodeRow(out, probs, q, kt, v []float32, nk, T, H, hs int, scale float32) {
+	ps := probStride(T)
+	decodeScoresHeads(probs, ps, q, kt, nk, T, H, hs)
+	for h := range H {
+		softmaxCausal(probs[h*ps:h*ps+nk], nk, scale)
+	}
+	decodeValuesHeads(out, probs, ps, v, nk, T, H, hs)
 }
 
 // axpyScores: s[j] = Σ_p q[p]·kt[p·T+j] as kern.Axpy chains.

@@ -193,3 +193,37 @@ func TestSamplerDistribution(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillSpreadsOneGroup: a batch holding one prefix tree (a root and
+// members that extend it differently, as a group's later turns do)
+// prefills on both shards, and each member samples what it samples alone.
+func TestPrefillSpreadsOneGroup(t *testing.T) {
+	m := testModel(t, smallConfig(PosRope), 13, 5)
+	r := rand.New(rand.NewPCG(5, 6))
+	root := randTokens(r, 30, m.cfg.Vocab)
+	reqs := []SampleRequest{{Prompt: root, MaxTokens: 4, Temperature: 1, Seed: 1}}
+	for g := range 6 {
+		p := append(slices.Clone(root), randTokens(r, 10+3*g, m.cfg.Vocab)...)
+		reqs = append(reqs, SampleRequest{Prompt: p, MaxTokens: 4, Temperature: 1, Seed: uint64(2 + g)})
+	}
+	ctx := context.Background()
+	all, err := m.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := m.prefillShards
+	for s, n := range sh {
+		if n == 0 {
+			t.Fatalf("shard %d prefilled nothing (per shard %v): the group ran on one core", s, sh)
+		}
+	}
+	for i := range reqs {
+		one, err := m.Generate(ctx, reqs[i:i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(one[0].Tokens, all[i].Tokens) || !slices.Equal(one[0].Logprobs, all[i].Logprobs) {
+			t.Fatalf("request %d differs between the group batch and alone", i)
+		}
+	}
+}

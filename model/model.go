@@ -33,8 +33,10 @@ type Model struct {
 	dec    [nShards]*decodeWS  // decode-step buffers, allocated on first use
 	kvFree [][]layerKV         // KV caches kept for the next Generate call
 	wteT   []float32           // (d, V) transposed head for decode, refreshed by Generate
+	dpk    *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
 
-	prefilled int // prompt tokens the last Generate computed (the rest were shared)
+	prefilled     int          // prompt tokens the last Generate computed (the rest were shared)
+	prefillShards [nShards]int // of those, the tokens each shard computed
 }
 
 // New builds a model with weights initialised deterministically from seed:

@@ -23,6 +23,7 @@ func sumLanes(x []float32) float32 {
 	}
 	var s [8]float32
 	acc.Store(&s)
+	archsimd.ClearAVXUpperBits() // the scalar SSE code after (GOAMD64=v1) must not see dirty upper halves
 	return reduce8(&s)
 }
 
@@ -41,6 +42,7 @@ func dotLanes(a, b []float32) float32 {
 	}
 	var s [8]float32
 	acc.Store(&s)
+	archsimd.ClearAVXUpperBits() // the scalar SSE code after (GOAMD64=v1) must not see dirty upper halves
 	return reduce8(&s)
 }
 
@@ -58,6 +60,7 @@ func scaleMax(x []float32, scale float32) float32 {
 	}
 	var s [8]float32
 	mx.Store(&s)
+	archsimd.ClearAVXUpperBits()
 	m := s[0]
 	for _, v := range s[1:] {
 		m = max(m, v)
@@ -80,6 +83,7 @@ func addScalar(x []float32, c float32) {
 	for ; i+8 <= len(x); i += 8 {
 		archsimd.LoadFloat32x8Slice(x[i:]).Add(cv).StoreSlice(x[i:])
 	}
+	archsimd.ClearAVXUpperBits()
 	for ; i < len(x); i++ {
 		x[i] += c
 	}

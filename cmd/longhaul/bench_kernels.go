@@ -20,7 +20,8 @@ func newBenchKernelsCmd() *cobra.Command {
 		Long: `Kernels measures this machine's FMA peak on the kernel path in use (1 and 2
 cores), then the GEMM rate at the default model's training shapes, single-
 threaded and with 2 shards, as a share of the peak measured right before each
-timing (medians of --reps pairs: the machine may be shared). When
+timing (medians and best of --reps pairs: the machine may be shared; the
+load average is printed). When
 /usr/bin/python3 has numpy, the same shapes run through numpy (OpenBLAS with 1
 and 2 threads) as the peer. LONGHAUL_KERN_PATH=avx2 measures the AVX2 path
 on an AVX-512 machine.`,

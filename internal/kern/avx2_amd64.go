@@ -14,8 +14,9 @@ const asmRows = 6
 // gemm256 is the AVX2+FMA driver: K-blocks of kcBlk, column panels of 16
 // (8 for a last remainder ≤ 8), row tiles of 6 with one shorter tile for the
 // remainder. For m = 1 with contiguous B rows (decode GEMV) the product runs
-// as axpys over whole rows of B (gemvRows).
-func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel) {
+// as axpys over whole rows of B (gemvRows). With pk (B from Pack, B is
+// then its plain form) the panels come from pk.
+func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel, pk *Packed) {
 	j0 := 0
 	if m == 1 && B.cs == 1 && n >= 8 {
 		j0 = gemvRows(c, A, B, k, n, acc)
@@ -35,7 +36,15 @@ func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool,
 				W = 8
 			}
 			w := min(W, n-jb)
-			bp, bs := bPanel(isaAVX2, B, kb, kc, jb, w, W, inPlace, buf)
+			var bp unsafe.Pointer
+			var bs uintptr
+			if pk != nil && pk.w == 16 {
+				// 16-wide packed panels; an 8-wide panel (the last, or the
+				// rest after gemvRows) reads 8 columns of its rows.
+				bp, bs = unsafe.Pointer(&pk.p[(jb/16)*k*16+kb*16+jb%16]), 64
+			} else {
+				bp, bs = bPanel(isaAVX2, B, kb, kc, jb, w, W, inPlace, buf)
+			}
 			for i := 0; i < m; i += asmRows {
 				r := min(asmRows, m-i)
 				ai := unsafe.Add(a0, uintptr(i)*ar)

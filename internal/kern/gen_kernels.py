@@ -53,6 +53,7 @@ def kernel(prefix, vt, lanes, rows, vecs):
     for r in range(rows):
         for v in range(vecs):
             P(f"\t{st}({accs[r][v]}, c[{r}*ldc:], {v*lanes}, w)")
+    P("\tarchsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)")
     P("}\n")
 
 for rows, vecs in [(1,8),(2,4),(1,4),(4,2),(2,2),(1,2),(4,1),(2,1),(1,1)]:
@@ -103,6 +104,7 @@ def transpose16():
     for r in range(8):
         P(f"\ta{r}.ConcatPermute(b{r}, lo).Store((*[16]float32)(unsafe.Add(pd, {r}*dsb)))")
         P(f"\ta{r}.ConcatPermute(b{r}, hi).Store((*[16]float32)(unsafe.Add(pd, {r+8}*dsb)))")
+    P("\tarchsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)")
     P("}\n")
 
 transpose16()

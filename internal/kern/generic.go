@@ -8,6 +8,9 @@ import "os"
 // nothing else (checked at start-up).
 var _ = mustPath(isaRef, os.Getenv(PathEnv))
 
+// bestISA is the only path this build has.
+const bestISA = isaRef
+
 func matMul(c, a, b []float32, m, k, n int, acc bool)   { RefMatMul(c, a, b, m, k, n, acc) }
 func matMulNT(c, a, b []float32, m, k, n int, acc bool) { RefMatMulNT(c, a, b, m, k, n, acc) }
 func matMulTN(c, a, b []float32, m, k, n int, acc bool) { RefMatMulTN(c, a, b, m, k, n, acc) }
@@ -27,3 +30,10 @@ func SIMDPath() string { return "portable" }
 
 // FMAPeakLoop does nothing on the portable path and returns 0 FLOPs.
 func FMAPeakLoop(iters int) float64 { return 0 }
+
+// packWidthOf is 0: the portable path reads B in place.
+func packWidthOf(isa int) int { return 0 }
+
+func matMulPacked(c, a []float32, m int, B *Packed, acc bool) {
+	RefMatMul(c, a, B.b, m, B.k, B.n, acc)
+}

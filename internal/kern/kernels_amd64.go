@@ -58,6 +58,7 @@ func z1x128(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintp
 	st16(c05, c[0*ldc:], 80, w)
 	st16(c06, c[0*ldc:], 96, w)
 	st16(c07, c[0*ldc:], 112, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // z2x64: 2 row(s) × 4 Float32x16 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -106,6 +107,7 @@ func z2x64(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	st16(c11, c[1*ldc:], 16, w)
 	st16(c12, c[1*ldc:], 32, w)
 	st16(c13, c[1*ldc:], 48, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // z1x64: 1 row(s) × 4 Float32x16 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -141,6 +143,7 @@ func z1x64(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	st16(c01, c[0*ldc:], 16, w)
 	st16(c02, c[0*ldc:], 32, w)
 	st16(c03, c[0*ldc:], 48, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // z4x32: 4 row(s) × 2 Float32x16 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -191,6 +194,7 @@ func z4x32(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	st16(c21, c[2*ldc:], 16, w)
 	st16(c30, c[3*ldc:], 0, w)
 	st16(c31, c[3*ldc:], 16, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // z2x32: 2 row(s) × 2 Float32x16 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -225,6 +229,7 @@ func z2x32(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	st16(c01, c[0*ldc:], 16, w)
 	st16(c10, c[1*ldc:], 0, w)
 	st16(c11, c[1*ldc:], 16, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // z1x32: 1 row(s) × 2 Float32x16 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -252,6 +257,7 @@ func z1x32(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	}
 	st16(c00, c[0*ldc:], 0, w)
 	st16(c01, c[0*ldc:], 16, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // z4x16: 4 row(s) × 1 Float32x16 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -289,6 +295,7 @@ func z4x16(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	st16(c10, c[1*ldc:], 0, w)
 	st16(c20, c[2*ldc:], 0, w)
 	st16(c30, c[3*ldc:], 0, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // z2x16: 2 row(s) × 1 Float32x16 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -316,6 +323,7 @@ func z2x16(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	}
 	st16(c00, c[0*ldc:], 0, w)
 	st16(c10, c[1*ldc:], 0, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // z1x16: 1 row(s) × 1 Float32x16 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -339,6 +347,7 @@ func z1x16(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 		pb = unsafe.Add(pb, bs)
 	}
 	st16(c00, c[0*ldc:], 0, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // y4x16: 4 row(s) × 2 Float32x8 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -389,6 +398,7 @@ func y4x16(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	st8(c21, c[2*ldc:], 8, w)
 	st8(c30, c[3*ldc:], 0, w)
 	st8(c31, c[3*ldc:], 8, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // y1x16: 1 row(s) × 2 Float32x8 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -416,6 +426,7 @@ func y1x16(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintpt
 	}
 	st8(c00, c[0*ldc:], 0, w)
 	st8(c01, c[0*ldc:], 8, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // y4x8: 4 row(s) × 1 Float32x8 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -453,6 +464,7 @@ func y4x8(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintptr
 	st8(c10, c[1*ldc:], 0, w)
 	st8(c20, c[2*ldc:], 0, w)
 	st8(c30, c[3*ldc:], 0, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // y1x8: 1 row(s) × 1 Float32x8 of C; A(i,p) at a + i·ar + p·ap bytes,
@@ -476,6 +488,7 @@ func y1x8(kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe.Pointer, bs uintptr
 		pb = unsafe.Add(pb, bs)
 	}
 	st8(c00, c[0*ldc:], 0, w)
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }
 
 // tIdx holds the ConcatPermute indices of the 4 stages (h = 8, 4, 2, 1) of
@@ -567,4 +580,5 @@ func transpose16(src []float32, ss int, dst []float32, ds int) {
 	a6.ConcatPermute(b6, hi).Store((*[16]float32)(unsafe.Add(pd, 14*dsb)))
 	a7.ConcatPermute(b7, lo).Store((*[16]float32)(unsafe.Add(pd, 7*dsb)))
 	a7.ConcatPermute(b7, hi).Store((*[16]float32)(unsafe.Add(pd, 15*dsb)))
+	archsimd.ClearAVXUpperBits() // VZEROUPPER: the Go code around is legacy SSE (GOAMD64=v1)
 }

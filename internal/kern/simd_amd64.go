@@ -5,6 +5,7 @@ package kern
 //go:generate sh -c "python3 gen_kernels.py > kernels_amd64.go && gofmt -w kernels_amd64.go"
 
 import (
+	"fmt"
 	"os"
 	"simd/archsimd"
 	"sync"
@@ -31,9 +32,8 @@ var bestISA = mustPath(cpuISA, os.Getenv(PathEnv))
 func SIMDPath() string { return isaName(bestISA) }
 
 const (
-	kcBlk    = 256 // reduction block: partial sums go through C between blocks
-	panelW   = 64  // widest B panel (AVX-512 2×64 GEMV-like kernel)
-	packMinM = 128 // NN/TN: pack B panels only when at least this many rows reuse them (BenchmarkPackPolicy)
+	kcBlk  = 256 // reduction block: partial sums go through C between blocks
+	panelW = 64  // widest B panel (AVX-512 2×64 GEMV-like kernel)
 )
 
 // panel is the per-call scratch for a packed, zero-padded B panel.
@@ -92,6 +92,44 @@ func matMulTN(c, a, b []float32, m, k, n int, acc bool) {
 	mmISA(bestISA, kindTN, c, a, b, m, k, n, acc, 0, m)
 }
 
+// packWidthOf is the panel width of Pack's layout for a path.
+func packWidthOf(isa int) int {
+	switch isa {
+	case isaAVX512:
+		return zVecs * 16
+	case isaAVX2:
+		return 16
+	}
+	return 0
+}
+
+func matMulPacked(c, a []float32, m int, B *Packed, acc bool) { packedISA(bestISA, c, a, m, B, acc) }
+
+// packedISA is MatMulPacked on the given path; B must have been packed for
+// it (width packWidthOf(isa)).
+func packedISA(isa int, c, a []float32, m int, B *Packed, acc bool) {
+	k, n := B.k, B.n
+	if m == 0 {
+		return
+	}
+	if B.w != packWidthOf(isa) {
+		panic(fmt.Sprintf("kern: operand packed %d wide, path %s wants %d", B.w, isaName(isa), packWidthOf(isa)))
+	}
+	A, Bp := operand{a, k, 1}, operand{B.b, n, 1}
+	sc := scratchPool.Get().(*scratch)
+	switch {
+	case isa == isaAVX512 && m >= zGEMVRows:
+		gemm512z(zShape{zRows, zVecs, zKC}, c, n, A, Bp, m, k, n, acc, true, &sc.b, B)
+	case isa == isaAVX512:
+		gemm512simd(c, n, A, Bp, m, k, n, acc, true, sc)
+	case isa == isaAVX2:
+		gemm256(c, n, A, Bp, m, k, n, acc, true, &sc.b, B)
+	default:
+		RefMatMul(c, a, B.b, m, k, n, acc)
+	}
+	scratchPool.Put(sc)
+}
+
 func mmRows(kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) {
 	mmISA(bestISA, kind, c, a, b, m, k, n, acc, r0, r1)
 }
@@ -132,11 +170,15 @@ func mmISA(isa, kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) 
 		A = operand{a[r0:], 1, m}
 		B = operand{b, n, 1}
 	}
+	// B with contiguous rows (NN, TN) is read in place on both paths: with
+	// the assembly kernels, packing it cost more than the L1 misses it
+	// saves, from 1 to 512 rows (BenchmarkPackPolicy). NT's B is always
+	// packed (transposed).
 	sc := scratchPool.Get().(*scratch)
 	if isa == isaAVX512 {
-		gemm512(cc, n, A, B, rows, k, n, acc, rows < packMinM, sc)
+		gemm512(cc, n, A, B, rows, k, n, acc, true, sc)
 	} else {
-		gemm256(cc, n, A, B, rows, k, n, acc, rows < packMinM, &sc.b)
+		gemm256(cc, n, A, B, rows, k, n, acc, true, &sc.b, nil)
 	}
 	scratchPool.Put(sc)
 }
@@ -161,6 +203,7 @@ func bPanel(isa int, B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) 
 				archsimd.LoadFloat32x8Slice(srow[j:]).StoreSlice(drow[j:])
 			}
 		}
+		archsimd.ClearAVXUpperBits() // the Go code around is legacy SSE (GOAMD64=v1)
 	} else if B.cs == 1 {
 		for pp := 0; pp < kc; pp++ {
 			d := dst[pp*W : pp*W+W]
@@ -213,11 +256,12 @@ func bPanel(isa int, B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) 
 	return unsafe.Pointer(&dst[0]), uintptr(W) * 4
 }
 
-// gemm512 is the AVX-512 driver: K-blocks of kcBlk; for m ≥ 4, column
+// gemm512simd is the archsimd AVX-512 driver the assembly one (gemm512z)
+// replaced, kept for m < zGEMVRows and as the tests' reference: K-blocks of kcBlk; for m ≥ 4, column
 // panels 32 wide (16 for a last remainder ≤ 16) with 4-row tiles and 2/1-row
 // tails; for m < 4 (GEMV-like), 64-wide panels read in place with 2/1-row
 // tiles, and 128-wide ones for m = 1. The tile shapes were chosen by BenchmarkMicroKernel.
-func gemm512(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, sc *scratch) {
+func gemm512simd(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, sc *scratch) {
 	buf := &sc.b
 	packA := A.rs == 1 && A.cs != 1 && m >= packATMinM
 	for kb := 0; kb < k; kb += kcBlk {

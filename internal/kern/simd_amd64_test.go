@@ -131,21 +131,28 @@ func BenchmarkMicroKernel(b *testing.B) {
 	}
 }
 
-// BenchmarkPackPolicy compares reading B in place with packing it, per
-// shape, to choose packMinM.
+// BenchmarkPackPolicy compares reading B (contiguous rows) in place with
+// packing it, per shape and path, with the assembly drivers: the basis of
+// mmISA's "always in place" for NN and TN.
 func BenchmarkPackPolicy(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	for _, s := range [][3]int{{1, 128, 512}, {4, 128, 512}, {16, 128, 512}, {64, 128, 512}, {256, 128, 512}, {1024, 256, 1024}, {256, 512, 128}, {256, 256, 256}} {
+	for _, s := range [][3]int{{4, 128, 512}, {16, 128, 512}, {64, 128, 512}, {256, 128, 512}, {1024, 256, 1024}, {256, 512, 128}, {256, 256, 256}} {
 		m, k, n := s[0], s[1], s[2]
 		a, bb, c := randVec(r, m*k), randVec(r, k*n), make([]float32, m*n)
-		for _, inPlace := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%dx%dx%d/inPlace=%v", m, k, n, inPlace), func(b *testing.B) {
-				buf := new(scratch)
-				for i := 0; i < b.N; i++ {
-					gemm512(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, buf)
-				}
-				b.ReportMetric(2*float64(m*k*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
+		for _, isa := range availableISAs() {
+			for _, inPlace := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/%dx%dx%d/inPlace=%v", isaName(isa), m, k, n, inPlace), func(b *testing.B) {
+					buf := new(scratch)
+					for i := 0; i < b.N; i++ {
+						if isa == isaAVX512 {
+							gemm512(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, buf)
+						} else {
+							gemm256(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, &buf.b, nil)
+						}
+					}
+					b.ReportMetric(2*float64(m*k*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
 		}
 	}
 }
@@ -174,7 +181,7 @@ func BenchmarkAVX2Path(b *testing.B) {
 				buf := new(panel)
 				benchMM(b, func(c, a, bb []float32) {
 					A.s, B.s = a, bb
-					gemm256simd(c, n, A, B, m, k, n, false, m < packMinM, buf)
+					gemm256simd(c, n, A, B, m, k, n, false, true, buf)
 				}, m, k, n)
 			})
 		}
@@ -245,7 +252,7 @@ func TestAsmMatchesArchsimd(t *testing.T) {
 			for _, acc := range []bool{false, true} {
 				for _, inPlace := range []bool{false, true} {
 					got, want := slices.Clone(c0), slices.Clone(c0)
-					gemm256(got, n, A, B, m, k, n, acc, inPlace, new(panel))
+					gemm256(got, n, A, B, m, k, n, acc, inPlace, new(panel), nil)
 					gemm256simd(want, n, A, B, m, k, n, acc, inPlace, new(panel))
 					bitsEqual(t, fmt.Sprintf("kind=%d m=%d k=%d n=%d acc=%v inPlace=%v", kind, m, k, n, acc, inPlace), got, want)
 				}

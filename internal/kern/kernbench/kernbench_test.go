@@ -23,11 +23,11 @@ func TestRunReportsEveryShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Peak1 <= 0 || rep.Peak2 <= 0 || len(rep.Results) != len(shapes) {
+	if rep.Peak1 <= 0 || rep.Peak2 <= 0 || rep.BestPeak1 < rep.Peak1 || len(rep.Results) != len(shapes) {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Results {
-		if r.GF1 <= 0 || r.GF2 <= 0 || r.Share1 <= 0 {
+		if r.GF1 <= 0 || r.GF2 <= 0 || r.Share1 <= 0 || r.Best1 <= 0 || r.Best2 <= 0 {
 			t.Fatalf("result %+v", r)
 		}
 	}
