@@ -27,15 +27,17 @@ import (
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
-// The run: the ledger task, deterministic mode, 4 steps of 2 groups of 2,
-// a checkpoint every step. A random Qwen3 with a 151k vocabulary earns no
-// reward, so the advantages are zero and only AdamW's decoupled weight
-// decay (optim.weight_decay, high on purpose) moves the weights: every
-// version differs from the last, and a step applied twice or lost shows
-// in the weights and in every later logprob.
+// The run: the ledger task, deterministic mode, 4 steps of 2 groups of 4,
+// a checkpoint every other step (a kill rewinds up to two steps). The model is biased towards digits
+// (bias_digits.py) and answers one token per turn, so some answers are
+// right, rewards differ within a group and the loss gradient is not zero;
+// AdamW's decoupled weight decay (high on purpose) also moves the weights
+// at a step whose advantages are all zero. Every version differs from the
+// last, and a step applied twice or lost shows in the weights and in every
+// later logprob.
 var runArgs = []string{
-	"compaction.enabled=false", "run.max_steps=4", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2",
-	"sampling.max_tokens_per_call=8", "rollout.max_turns=2", "checkpointing.save_period=1", "checkpointing.keep_last_k=2",
+	"compaction.enabled=false", "run.max_steps=4", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4",
+	"sampling.max_tokens_per_call=1", "rollout.max_turns=2", "checkpointing.save_period=2", "checkpointing.keep_last_k=2",
 	"optim.lr=0.01", "optim.weight_decay=0.5", "optim.warmup_steps=0", "optim.schedule=constant",
 	// A restarted server or trainer is back in seconds; calls wait it out.
 	"rollout_failure.backoff_base_s=0.1", "rollout_failure.backoff_cap_s=0.5",
@@ -180,9 +182,14 @@ func TestThreeProcessesPyTorchKilled(t *testing.T) {
 	py, tokDir, bin := need(t)
 	work := t.TempDir()
 	s := setup{py: py, bin: bin, model: filepath.Join(work, "qwen3-tiny"), cfg: filepath.Join(root(), "examples", "ledger-tiny.yaml")}
-	if out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "1", "--hidden", "32", "--heads", "2",
-		"--kv-heads", "1", "--tokenizer", tokDir, "--out", s.model).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "1", "--hidden", "16", "--heads", "2",
+		"--kv-heads", "1", "--untied", "--tokenizer", tokDir, "--out", s.model).CombinedOutput(); err != nil {
 		t.Fatalf("init-model: %v\n%s", err, out)
+	}
+	bias := exec.Command(py, filepath.Join(root(), "test", "threeproc", "bias_digits.py"), s.model, "3.0")
+	bias.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root(), "python"), "PYTHONDONTWRITEBYTECODE=1")
+	if out, err := bias.CombinedOutput(); err != nil {
+		t.Fatalf("bias_digits.py: %v\n%s", err, out)
 	}
 	seed := uint64(15)
 	if v := os.Getenv("LONGHAUL_THREEPROC_SEED"); v != "" {
@@ -214,6 +221,13 @@ func TestThreeProcessesPyTorchKilled(t *testing.T) {
 		t.Fatalf("reference run incomplete: %+v", want)
 	}
 	checkVersionsMove(t, ref)
+	var trained bool
+	for _, m := range readMetrics(t, ref) {
+		trained = trained || m.GradNorm > 0
+	}
+	if !trained {
+		t.Fatal("no step of the reference run had a non-zero gradient: the loss path was not exercised (rewards never differed)")
+	}
 
 	killed := filepath.Join(work, "runs", "killed")
 	landed, took2 := s.runThree(t, killed, schedule(seed, took))
@@ -330,8 +344,8 @@ func readMetrics(t *testing.T, dir string) []stepMetrics {
 // Version 0 is the same weights file served by the same Go sampler with
 // the same seeds, so its calls must be identical; later versions come from
 // different trainers (PyTorch and Go agree to ~1e-6, not bit for bit), so
-// their calls and the final weights may differ and are reported, with the
-// per-step metrics side by side.
+// their calls, rewards and final weights may differ: they are reported,
+// with the per-step metrics side by side, not required equal.
 func compareInProcess(t *testing.T, three, inproc string) {
 	t.Helper()
 	a, b := callDigests(t, three), callDigests(t, inproc)
@@ -377,8 +391,5 @@ func compareInProcess(t *testing.T, three, inproc string) {
 		t.Logf("step %d: reward %.3f / %.3f, success %.2f / %.2f, generated tokens %d / %d, loss %.3g / %.3g, grad norm %.3g / %.3g (three-process / in-process)",
 			ma[i].Step, ma[i].RewardMean, mb[i].RewardMean, ma[i].SuccessRate, mb[i].SuccessRate, ma[i].GeneratedTokens, mb[i].GeneratedTokens,
 			ma[i].Loss, mb[i].Loss, ma[i].GradNorm, mb[i].GradNorm)
-		if ma[i].RewardMean != mb[i].RewardMean || ma[i].SuccessRate != mb[i].SuccessRate {
-			t.Errorf("step %d: reward %g / %g, success %g / %g: the two runs do not score alike", ma[i].Step, ma[i].RewardMean, mb[i].RewardMean, ma[i].SuccessRate, mb[i].SuccessRate)
-		}
 	}
 }
