@@ -3,11 +3,10 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strings"
+	"slices"
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
@@ -50,11 +49,14 @@ type params struct {
 	seed        *int64
 	stopStrings []string // multi-byte stops, cut after generation
 	stopIDs     []int32  // token stops, enforced by the generator
+	userStops   []int32  // stop_token_ids as sent: vLLM's stop_reason names these, not EOS
 	asIDs       bool
+	topN        int // alternatives listed per sampled token (top_logprobs; 0: none)
+	promptN     int // prompt_logprobs alternatives; -1: no prompt_logprobs
 }
 
 func (s *Server) validate(sp *sampling, defMax int, extraStops ...int32) (params, error) {
-	p := params{maxTokens: defMax, temperature: 1, topP: 1, n: 1, seed: sp.Seed, asIDs: sp.ReturnTokensAsTokenIDs}
+	p := params{maxTokens: defMax, temperature: 1, topP: 1, n: 1, seed: sp.Seed, asIDs: sp.ReturnTokensAsTokenIDs, promptN: -1}
 	if err := s.checkModel(sp.Model); err != nil {
 		return p, err
 	}
@@ -113,6 +115,7 @@ func (s *Server) validate(sp *sampling, defMax int, extraStops ...int32) (params
 		}
 	}
 	p.stopIDs = append(p.stopIDs, sp.StopTokenIDs...)
+	p.userStops = sp.StopTokenIDs
 	p.stopIDs = append(p.stopIDs, extraStops...)
 	if !sp.IgnoreEOS { // vLLM stops at EOS unless ignore_eos
 		if ti := s.be.TokenIDs; ti != nil {
@@ -233,24 +236,69 @@ type choice struct {
 	logprobs []float32
 	text     string
 	finish   string
+	// stopReason is vLLM's stop_reason: the stop string or the
+	// stop_token_ids entry that ended the sample; nil for EOS, the end of
+	// a chat turn, or length.
+	stopReason any
+	top        []position // per token, when top_logprobs were asked
+}
+
+// withLogprobs sets the alternatives asked per sampled token (topN) and
+// prompt_logprobs (promptN, nil when not asked), refusing what the
+// backend cannot score; field names the request field of topN.
+func (s *Server) withLogprobs(p *params, topN int, field string, promptN *int) error {
+	if topN < 0 || topN > maxTopLogprobs {
+		return badParam(field, "%s must be in [0, %d], got %d.", field, maxTopLogprobs, topN)
+	}
+	if topN > 0 && s.be.Scorer == nil {
+		return badParam(field, "%s > 0 needs the model's full distribution, which this backend does not give; use 0.", field)
+	}
+	p.topN = topN
+	if promptN == nil {
+		return nil
+	}
+	if *promptN < 0 || *promptN > maxTopLogprobs {
+		return badParam("prompt_logprobs", "prompt_logprobs must be in [0, %d], got %d (-1, the whole vocabulary, is not supported).", maxTopLogprobs, *promptN)
+	}
+	if s.be.Scorer == nil {
+		return badParam("prompt_logprobs", "prompt_logprobs needs the model's full distribution, which this backend does not give.")
+	}
+	p.promptN = *promptN
+	return nil
+}
+
+// stopReason names what ended a generator-stopped sample: a
+// stop_token_ids entry (vLLM reports the id), else nil (EOS, end of turn).
+func stopReason(c choice, p params) any {
+	if c.finish != "stop" || c.stopReason != nil || len(c.tokens) == 0 {
+		return c.stopReason
+	}
+	last := c.tokens[len(c.tokens)-1]
+	if slices.Contains(p.userStops, last) {
+		return last
+	}
+	return nil
 }
 
 // sample builds one request per (prompt, choice) and runs them as one
 // batched generator call, so the n members of a group share their prefix.
-func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice, int64, error) {
+//
+// With top_logprobs or prompt_logprobs asked it also scores the samples
+// (annotate) under the same lock, and returns the prompts' logprobs.
+func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice, [][]position, int64, error) {
 	var total int
 	for _, pr := range prompts {
 		total += len(pr)
 	}
 	if len(prompts)*p.n > s.opts.MaxN {
-		return nil, s.version(), badParam("n", "prompts × n must be at most %d, got %d.", s.opts.MaxN, len(prompts)*p.n)
+		return nil, nil, s.version(), badParam("n", "prompts × n must be at most %d, got %d.", s.opts.MaxN, len(prompts)*p.n)
 	}
 	if ml := s.be.MaxModelLen; ml > 0 {
 		for _, pr := range prompts {
 			// Compared without adding: max_tokens near 2^63 would overflow
 			// the sum and pass.
 			if p.maxTokens > ml-len(pr) {
-				return nil, s.version(), badParam("max_tokens",
+				return nil, nil, s.version(), badParam("max_tokens",
 					"This model's maximum context length is %d tokens; the prompt has %d and max_tokens is %d.", ml, len(pr), p.maxTokens)
 			}
 		}
@@ -277,26 +325,33 @@ func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice,
 			})
 		}
 	}
-	res, v, err := s.generate(r.Context(), reqs)
+	var out []choice
+	var promptLPs [][]position
+	v, err := s.generate(r.Context(), reqs, func(res []gen.Result) error {
+		out = make([]choice, len(res))
+		for i, rs := range res {
+			if len(rs.Logprobs) != len(rs.Tokens) {
+				return fmt.Errorf("generate: result %d has %d tokens and %d logprobs", i, len(rs.Tokens), len(rs.Logprobs))
+			}
+			out[i] = cutStops(rs, p.stopStrings)
+			out[i].stopReason = stopReason(out[i], p)
+			if s.be.TokenIDs != nil {
+				out[i].text = "" // no tokenizer to write text with
+			}
+			out[i].prompt = i / p.n
+		}
+		var err error
+		promptLPs, err = s.annotate(r.Context(), prompts, out, p)
+		return err
+	})
 	if err != nil {
-		return nil, v, err
-	}
-	out := make([]choice, len(res))
-	for i, rs := range res {
-		if len(rs.Logprobs) != len(rs.Tokens) {
-			return nil, v, fmt.Errorf("generate: result %d has %d tokens and %d logprobs", i, len(rs.Tokens), len(rs.Logprobs))
-		}
-		out[i] = cutStops(rs, p.stopStrings)
-		if s.be.TokenIDs != nil {
-			out[i].text = "" // no tokenizer to write text with
-		}
-		out[i].prompt = i / p.n
+		return nil, nil, v, err
 	}
 	s.metrics.promptTokens.Add(float64(total))
 	for _, c := range out {
 		s.metrics.genTokens.Add(float64(len(c.tokens)))
 	}
-	return out, v, nil
+	return out, promptLPs, v, nil
 }
 
 // cutStops ends a sample at the first completed stop string: the tokens
@@ -316,7 +371,7 @@ func cutStops(rs gen.Result, stops []string) choice {
 		for _, st := range stops {
 			if bytes.HasSuffix(buf, []byte(st)) {
 				c.tokens, c.logprobs = rs.Tokens[:i+1], rs.Logprobs[:i+1]
-				c.text, c.finish = string(buf[:len(buf)-len(st)]), "stop"
+				c.text, c.finish, c.stopReason = string(buf[:len(buf)-len(st)]), "stop", st
 				return c
 			}
 		}
@@ -325,7 +380,12 @@ func cutStops(rs gen.Result, stops []string) choice {
 	return c
 }
 
-// tokenString names one token the way logprobs report it.
+// tokenString names one token the way logprobs report it: by id for a
+// model served without its tokenizer.
+func (s *Server) tokenString(t int32, asIDs bool) string {
+	return tokenString(t, asIDs || s.be.TokenIDs != nil)
+}
+
 func tokenString(t int32, asIDs bool) string {
 	switch {
 	case asIDs:
@@ -355,392 +415,4 @@ func makeUsage(prompts [][]int32, cs []choice) usage {
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u
-}
-
-// ---- /v1/completions ----
-
-type completionRequest struct {
-	sampling
-	Prompt           json.RawMessage `json:"prompt"`
-	Logprobs         *int            `json:"logprobs"`
-	Echo             bool            `json:"echo"`
-	AddSpecialTokens *bool           `json:"add_special_tokens"`
-}
-
-type completionLogprobs struct {
-	Tokens        []string  `json:"tokens"`
-	TokenLogprobs []float32 `json:"token_logprobs"`
-	TextOffset    []int     `json:"text_offset"`
-}
-
-type completionChoice struct {
-	Index         int                 `json:"index"`
-	Text          string              `json:"text"`
-	Logprobs      *completionLogprobs `json:"logprobs"`
-	FinishReason  string              `json:"finish_reason"`
-	TokenIDs      []int32             `json:"token_ids,omitempty"`
-	PromptTokenID []int32             `json:"prompt_token_ids,omitempty"`
-}
-
-type completionResponse struct {
-	ID             string             `json:"id"`
-	Object         string             `json:"object"`
-	Created        int64              `json:"created"`
-	Model          string             `json:"model"`
-	Choices        []completionChoice `json:"choices"`
-	Usage          usage              `json:"usage"`
-	PromptTokenIDs []int32            `json:"prompt_token_ids,omitempty"`
-	WeightVersion  int64              `json:"weight_version"`
-}
-
-func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	var req completionRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if s.loading.Load() {
-		s.writeLoading(w)
-		return
-	}
-	p, err := s.validate(&req.sampling, defaultMaxTokens)
-	if err != nil {
-		s.writeParamError(w, err)
-		return
-	}
-	if req.Echo {
-		s.writeParamError(w, badParam("echo", "echo is not supported by this server."))
-		return
-	}
-	if req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > maxLogprobs) {
-		s.writeParamError(w, badParam("logprobs", "logprobs must be in [0, %d], got %d.", maxLogprobs, *req.Logprobs))
-		return
-	}
-	prompts, err := parsePrompt(req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, s.vocabSize(), s.be.TokenIDs)
-	if err != nil {
-		s.writeParamError(w, err)
-		return
-	}
-	cs, v, err := s.sample(r, prompts, p)
-	if err != nil {
-		s.writeGenError(w, v, err)
-		return
-	}
-	resp := completionResponse{ID: s.newID("cmpl"), Object: "text_completion", Created: s.opts.Now().Unix(),
-		Model: s.be.Model, Usage: makeUsage(prompts, cs), WeightVersion: v}
-	if req.ReturnTokenIDs && len(prompts) == 1 {
-		resp.PromptTokenIDs = prompts[0]
-	}
-	resp.Choices = make([]completionChoice, len(cs))
-	for i, c := range cs {
-		ch := completionChoice{Index: i, Text: c.text, FinishReason: c.finish}
-		if req.ReturnTokenIDs {
-			ch.TokenIDs, ch.PromptTokenID = nonNil(c.tokens), prompts[c.prompt]
-		}
-		if req.Logprobs != nil {
-			lp := &completionLogprobs{Tokens: make([]string, len(c.tokens)), TokenLogprobs: nonNilF(c.logprobs),
-				TextOffset: make([]int, len(c.tokens))}
-			off := 0
-			for k, t := range c.tokens {
-				lp.Tokens[k] = tokenString(t, p.asIDs || s.be.TokenIDs != nil)
-				lp.TextOffset[k] = min(off, len(c.text))
-				if t >= 0 && t < 256 {
-					off++
-				}
-			}
-			ch.Logprobs = lp
-		}
-		resp.Choices[i] = ch
-	}
-	writeJSON(w, v, http.StatusOK, resp)
-}
-
-func nonNil(t []int32) []int32 {
-	if t == nil {
-		return []int32{}
-	}
-	return t
-}
-
-func nonNilF(t []float32) []float32 {
-	if t == nil {
-		return []float32{}
-	}
-	return t
-}
-
-func (s *Server) writeLoading(w http.ResponseWriter) {
-	writeError(w, s.version(), http.StatusServiceUnavailable, "service_unavailable", "", "model_loading", "The model is loading; retry later.")
-}
-
-func (s *Server) writeGenError(w http.ResponseWriter, v int64, err error) {
-	var pe *paramError
-	if errors.As(err, &pe) {
-		s.writeParamError(w, err)
-		return
-	}
-	s.log.Error("generation failed", "err", err)
-	writeError(w, v, http.StatusInternalServerError, "server_error", "", "generation_failed", err.Error())
-}
-
-// ---- /v1/chat/completions ----
-
-// chatMessage accepts content as a string or as an array of text parts.
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-type chatRequest struct {
-	sampling
-	Messages            []chatMessage `json:"messages"`
-	Logprobs            bool          `json:"logprobs"`
-	TopLogprobs         *int          `json:"top_logprobs"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
-}
-
-func toMessages(in []chatMessage) ([]tokenizer.Message, error) {
-	if len(in) == 0 {
-		return nil, badParam("messages", "messages must not be empty.")
-	}
-	out := make([]tokenizer.Message, len(in))
-	for i, m := range in {
-		role := tokenizer.Role(m.Role)
-		if m.Role == "developer" {
-			role = tokenizer.RoleSystem // OpenAI's newer name for the system role
-		}
-		if _, err := tokenizer.RoleToken(role); err != nil {
-			return nil, badParam(fmt.Sprintf("messages[%d].role", i), "unknown role %q.", m.Role)
-		}
-		text, err := contentText(m.Content)
-		if err != nil {
-			return nil, badParam(fmt.Sprintf("messages[%d].content", i), "%s", err.Error())
-		}
-		out[i] = tokenizer.Message{Role: role, Content: text}
-	}
-	return out, nil
-}
-
-func contentText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("content must be a string or an array of text parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type != "text" {
-			return "", fmt.Errorf("content part type %q is not supported", p.Type)
-		}
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
-}
-
-type chatTokenLogprob struct {
-	Token       string             `json:"token"`
-	Logprob     float32            `json:"logprob"`
-	Bytes       []int              `json:"bytes"`
-	TopLogprobs []chatTokenLogprob `json:"top_logprobs"`
-}
-
-type chatLogprobs struct {
-	Content []chatTokenLogprob `json:"content"`
-}
-
-type chatChoice struct {
-	Index   int `json:"index"`
-	Message struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
-	} `json:"message"`
-	Logprobs     *chatLogprobs `json:"logprobs"`
-	FinishReason string        `json:"finish_reason"`
-	TokenIDs     []int32       `json:"token_ids,omitempty"`
-}
-
-type chatResponse struct {
-	ID             string       `json:"id"`
-	Object         string       `json:"object"`
-	Created        int64        `json:"created"`
-	Model          string       `json:"model"`
-	Choices        []chatChoice `json:"choices"`
-	Usage          usage        `json:"usage"`
-	PromptTokenIDs []int32      `json:"prompt_token_ids,omitempty"`
-	WeightVersion  int64        `json:"weight_version"`
-}
-
-func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if s.loading.Load() {
-		s.writeLoading(w)
-		return
-	}
-	if s.be.TokenIDs != nil {
-		s.writeParamError(w, errNoTokenizer("messages"))
-		return
-	}
-	msgs, err := toMessages(req.Messages)
-	if err != nil {
-		s.writeParamError(w, err)
-		return
-	}
-	prompt, err := tokenizer.Render(msgs, true)
-	if err != nil {
-		s.writeParamError(w, badParam("messages", "%s", err.Error()))
-		return
-	}
-	if req.MaxTokens == nil {
-		req.MaxTokens = req.MaxCompletionTokens
-	}
-	def := defaultChatMax
-	if ml := s.be.MaxModelLen; ml > 0 {
-		def = max(ml-len(prompt), 1)
-	}
-	p, err := s.validate(&req.sampling, def, tokenizer.End) // the assistant's turn ends at End
-	if err != nil {
-		s.writeParamError(w, err)
-		return
-	}
-	if req.TopLogprobs != nil && (*req.TopLogprobs < 0 || *req.TopLogprobs > maxTopLogprobs) {
-		s.writeParamError(w, badParam("top_logprobs", "top_logprobs must be in [0, %d], got %d.", maxTopLogprobs, *req.TopLogprobs))
-		return
-	}
-	prompts := [][]int32{prompt}
-	cs, v, err := s.sample(r, prompts, p)
-	if err != nil {
-		s.writeGenError(w, v, err)
-		return
-	}
-	resp := chatResponse{ID: s.newID("chatcmpl"), Object: "chat.completion", Created: s.opts.Now().Unix(),
-		Model: s.be.Model, Usage: makeUsage(prompts, cs), WeightVersion: v}
-	if req.ReturnTokenIDs {
-		resp.PromptTokenIDs = prompt
-	}
-	resp.Choices = make([]chatChoice, len(cs))
-	for i, c := range cs {
-		ch := chatChoice{Index: i, FinishReason: c.finish}
-		ch.Message.Role, ch.Message.Content = "assistant", c.text
-		if req.ReturnTokenIDs {
-			ch.TokenIDs = nonNil(c.tokens)
-		}
-		if req.Logprobs {
-			lp := &chatLogprobs{Content: make([]chatTokenLogprob, len(c.tokens))}
-			for k, t := range c.tokens {
-				e := chatTokenLogprob{Token: tokenString(t, p.asIDs), Logprob: c.logprobs[k], TopLogprobs: []chatTokenLogprob{}}
-				if t >= 0 && t < 256 {
-					e.Bytes = []int{int(t)}
-				}
-				lp.Content[k] = e
-			}
-			ch.Logprobs = lp
-		}
-		resp.Choices[i] = ch
-	}
-	writeJSON(w, v, http.StatusOK, resp)
-}
-
-// ---- /tokenize, /detokenize (vLLM shapes) ----
-
-func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Model               string        `json:"model"`
-		Prompt              *string       `json:"prompt"`
-		Messages            []chatMessage `json:"messages"`
-		AddSpecialTokens    *bool         `json:"add_special_tokens"`
-		AddGenerationPrompt *bool         `json:"add_generation_prompt"`
-		ReturnTokenStrs     bool          `json:"return_token_strs"`
-	}
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		s.writeParamError(w, err)
-		return
-	}
-	if s.be.TokenIDs != nil {
-		s.writeParamError(w, errNoTokenizer("prompt"))
-		return
-	}
-	var toks []int32
-	switch {
-	case req.Prompt != nil && req.Messages != nil:
-		s.writeParamError(w, badParam("prompt", "give either prompt or messages, not both."))
-		return
-	case req.Prompt != nil:
-		ps, err := parsePrompt(json.RawMessage(mustJSON(*req.Prompt)), req.AddSpecialTokens == nil || *req.AddSpecialTokens, s.vocabSize(), s.be.TokenIDs)
-		if err != nil {
-			s.writeParamError(w, err)
-			return
-		}
-		toks = ps[0]
-	case req.Messages != nil:
-		msgs, err := toMessages(req.Messages)
-		if err != nil {
-			s.writeParamError(w, err)
-			return
-		}
-		if toks, err = tokenizer.Render(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt); err != nil {
-			s.writeParamError(w, badParam("messages", "%s", err.Error()))
-			return
-		}
-	default:
-		s.writeParamError(w, badParam("prompt", "prompt or messages is required."))
-		return
-	}
-	resp := struct {
-		Count       int      `json:"count"`
-		MaxModelLen int      `json:"max_model_len"`
-		Tokens      []int32  `json:"tokens"`
-		TokenStrs   []string `json:"token_strs"`
-	}{Count: len(toks), MaxModelLen: s.be.MaxModelLen, Tokens: nonNil(toks)}
-	if req.ReturnTokenStrs {
-		resp.TokenStrs = make([]string, len(toks))
-		for i, t := range toks {
-			resp.TokenStrs[i] = tokenString(t, false)
-		}
-	}
-	writeJSON(w, s.version(), http.StatusOK, resp)
-}
-
-func mustJSON(s string) []byte {
-	b, _ := json.Marshal(s) // a string always marshals
-	return b
-}
-
-func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Model  string  `json:"model"`
-		Tokens []int32 `json:"tokens"`
-	}
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		s.writeParamError(w, err)
-		return
-	}
-	if s.be.TokenIDs != nil {
-		s.writeParamError(w, errNoTokenizer("tokens"))
-		return
-	}
-	for _, t := range req.Tokens {
-		if t < 0 || t >= tokenizer.VocabSize {
-			s.writeParamError(w, badParam("tokens", "token id %d is out of range [0, %d).", t, tokenizer.VocabSize))
-			return
-		}
-	}
-	writeJSON(w, s.version(), http.StatusOK, map[string]string{"prompt": tokenizer.Decode(req.Tokens)})
 }

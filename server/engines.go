@@ -242,7 +242,7 @@ func (s *Server) handleVLLMGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, badParam("token_ids", "%v", err))
 		return
 	}
-	cs, v, err := s.sample(r, prompts, p)
+	cs, _, v, err := s.sample(r, prompts, p)
 	if err != nil {
 		s.writeGenError(w, v, err)
 		return
@@ -321,7 +321,7 @@ func (s *Server) handleSGLangGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, badParam("input_ids", "%v", err))
 		return
 	}
-	cs, v, err := s.sample(r, prompts, p)
+	cs, _, v, err := s.sample(r, prompts, p)
 	if err != nil {
 		s.writeGenError(w, v, err)
 		return

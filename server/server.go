@@ -46,6 +46,14 @@ type WeightPreparer interface {
 	Prepare(ctx context.Context, path string) (swap func() int64, err error)
 }
 
+// Scorer returns the raw next-token logits of every position of toks,
+// (len(toks), V) row-major (row t scores token t+1), under the weights
+// being served: the server calls it under the same read lock as the
+// generation it annotates, so both see one version.
+type Scorer interface {
+	Logits(ctx context.Context, toks []int32) ([]float32, error)
+}
+
 // Backend is what the server serves.
 type Backend struct {
 	// Gen must be safe for concurrent use: the server calls it from many
@@ -53,6 +61,9 @@ type Backend struct {
 	Gen gen.Generator
 	// Loader swaps weights; nil disables /update_weights_from_disk (501).
 	Loader WeightLoader
+	// Scorer gives the served model's full next-token distribution, for
+	// top_logprobs and prompt_logprobs; nil answers those with 400.
+	Scorer Scorer
 	// Model is the served model name (the "model" field clients send).
 	Model string
 	// Version reports the currently loaded weight version; nil means the
@@ -407,32 +418,34 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	s.metrics.handler().ServeHTTP(w, r)
 }
 
-// generate runs one batched generator call under the read lock and returns
-// the results with the version that produced them.
-func (s *Server) generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, int64, error) {
+// generate runs one batched generator call under the read lock, returns
+// the version that produced the results
+// and hands them to use, still under the lock, so that what use computes
+// from the served model (scoring) sees the same weights.
+func (s *Server) generate(ctx context.Context, reqs []gen.Request, use func([]gen.Result) error) (int64, error) {
 	if err := s.gate.wait(ctx); err != nil {
-		return nil, s.version(), err
+		return s.version(), err
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	v := s.version()
 	res, err := s.be.Gen.Generate(ctx, reqs)
 	if err != nil {
-		return nil, v, fmt.Errorf("generate: %w", err)
+		return v, fmt.Errorf("generate: %w", err)
 	}
 	if len(res) != len(reqs) {
-		return nil, v, fmt.Errorf("generate: %d results for %d requests", len(res), len(reqs))
+		return v, fmt.Errorf("generate: %d results for %d requests", len(res), len(reqs))
 	}
 	if s.be.Version == nil && len(res) > 0 {
 		// Without a version getter the generator's own word is all there is.
 		v = res[0].Version
 		for _, r := range res {
 			if r.Version != v {
-				return nil, v, fmt.Errorf("generate: one batch answered by versions %d and %d", v, r.Version)
+				return v, fmt.Errorf("generate: one batch answered by versions %d and %d", v, r.Version)
 			}
 		}
 	}
-	return res, v, nil
+	return v, use(res)
 }
 
 // newID returns a response id unique within this process.

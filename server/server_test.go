@@ -146,7 +146,7 @@ func TestCompletionByTokenIDs(t *testing.T) {
 	ts, f, _ := newTest(t, Options{})
 	prompt := []int32{tokenizer.BOS, 'h', 'i', tokenizer.Assistant}
 	r := do(t, ts, "POST", "/v1/completions", map[string]any{
-		"model": testModel, "prompt": prompt, "max_tokens": 12, "logprobs": 1, "seed": 7,
+		"model": testModel, "prompt": prompt, "max_tokens": 12, "logprobs": 0, "seed": 7,
 		"return_token_ids": true, "stop_token_ids": []int32{tokenizer.End},
 	})
 	if r.status != 200 {
@@ -482,7 +482,7 @@ func TestErrors(t *testing.T) {
 	wantError(t, do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": []int{1, 300}}, auth...), 400, "invalid_request_error", "invalid_value")
 	wantError(t, do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": "a", "n": 0}, auth...), 400, "invalid_request_error", "invalid_value")
 	wantError(t, do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": "a", "temperature": -1}, auth...), 400, "invalid_request_error", "invalid_value")
-	wantError(t, do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": "a", "stream": true}, auth...), 400, "invalid_request_error", "")
+	wantError(t, do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": "a", "frequency_penalty": 0.5}, auth...), 400, "invalid_request_error", "invalid_value")
 	wantError(t, do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": "a", "max_tokens": 5000}, auth...), 400, "invalid_request_error", "")
 	wantError(t, do(t, ts, "POST", "/v1/completions", map[string]any{"model": "gpt-9", "prompt": "a"}, auth...), 404, "invalid_request_error", "model_not_found")
 	wantError(t, do(t, ts, "GET", "/v1/nope", nil, auth...), 404, "invalid_request_error", "unknown_url")

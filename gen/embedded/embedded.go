@@ -58,3 +58,21 @@ func (g *Generator) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Res
 	}
 	return res, nil
 }
+
+// Logits returns the served model's raw next-token logits for every
+// position of toks, (len(toks), V) row-major, under the weights Generate
+// would use now: the server's top_logprobs and prompt_logprobs come from
+// it. It shares Generate's lock (the two use the same workspaces).
+func (g *Generator) Logits(ctx context.Context, toks []int32) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("embedded generator: logits: %w", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, _ := g.Model()
+	out, err := m.Logits(toks)
+	if err != nil {
+		return nil, fmt.Errorf("embedded generator: logits: %w", err)
+	}
+	return out, nil
+}

@@ -57,3 +57,18 @@ func (g *HFGenerator) Generate(ctx context.Context, reqs []gen.Request) ([]gen.R
 	}
 	return res, nil
 }
+
+// Logits is Generator.Logits for the HF model.
+func (g *HFGenerator) Logits(ctx context.Context, toks []int32) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("embedded generator: logits: %w", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, _ := g.Model()
+	out, err := m.Logits(toks)
+	if err != nil {
+		return nil, fmt.Errorf("embedded generator: logits: %w", err)
+	}
+	return out, nil
+}

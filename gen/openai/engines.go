@@ -46,9 +46,11 @@ func (c *Client) encodeRequest(r *gen.Request, n int, topP float32) (string, []b
 		})
 		return "/generate", b, err
 	}
+	// logprobs 0: the sampled tokens' own logprobs (token_logprobs) and no
+	// alternatives, which RL does not use and a server would compute.
 	b, err := json.Marshal(completionRequest{
 		Model: c.opts.Model, Prompt: r.Prompt, MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: topP,
-		TopK: r.TopK, Seed: int64(r.Seed), StopTokenIDs: r.Stop, Logprobs: 1,
+		TopK: r.TopK, Seed: int64(r.Seed), StopTokenIDs: r.Stop, Logprobs: 0,
 		ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true, IgnoreEOS: true, N: n,
 	})
 	return "/v1/completions", b, err

@@ -31,6 +31,7 @@ func HFBackend(ctx context.Context, dir string) (server.Backend, error) {
 	return server.Backend{
 		Gen:         gen.NewBatcher(ctx, eg, 64, 2*time.Millisecond),
 		Loader:      &hfReloader{g: eg},
+		Scorer:      eg,
 		Model:       filepath.Base(filepath.Clean(dir)),
 		Version:     func() int64 { _, v := eg.Model(); return v },
 		MaxModelLen: m.Context(),

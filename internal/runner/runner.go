@@ -84,7 +84,13 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	dir := opts.RunDir
+	// Absolute, because paths under it go to other processes (a remote
+	// trainer's checkpoints and exports, a server's weight reload) whose
+	// working directories differ; the log records paths relative to it.
+	dir, err := filepath.Abs(opts.RunDir)
+	if err != nil {
+		return fmt.Errorf("runner: run directory: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}

@@ -93,6 +93,7 @@ func EmbeddedBackendLimited(ctx context.Context, cfg *config.Config, weights str
 	return server.Backend{
 		Gen:         gen.NewBatcher(ctx, eg, 64, 2*time.Millisecond),
 		Loader:      newReloader(eg, maxWeights),
+		Scorer:      eg,
 		Model:       "longhaul",
 		Version:     func() int64 { _, v := eg.Model(); return v },
 		MaxModelLen: m.Config().Context,

@@ -49,7 +49,11 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			p.tr = timedTrainer{p.tr, obs.ObserveCheckpoint}
 		}
 	}()
-	if cfg.Model.Path != "" {
+	// model.path with a remote trainer and served generation: both hold the
+	// model (a PyTorch trainer and `longhaul serve --model DIR` loaded from
+	// the same directory), weights travel as HF exports, and the controller
+	// keeps only the tokenizer; that is the generic path below.
+	if cfg.Model.Path != "" && (cfg.Trainer.Kind != "remote" || cfg.Generator.Kind != "openai") {
 		return wireHF(ctx, cfg, dir, log, opts, p)
 	}
 	var local *tembedded.Trainer

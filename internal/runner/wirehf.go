@@ -31,7 +31,7 @@ func LoadHF(cfg *config.Config) (*llama.Model, error) {
 // demonstrations are byte-tokenizer text.
 func wireHF(ctx context.Context, cfg *config.Config, _ string, _ *slog.Logger, opts Options, p *parts) (*parts, error) {
 	if cfg.Trainer.Kind != "embedded" || cfg.Generator.Kind != "embedded" {
-		return nil, fmt.Errorf("runner: model.path needs trainer.kind and generator.kind embedded (have %s, %s)", cfg.Trainer.Kind, cfg.Generator.Kind)
+		return nil, fmt.Errorf("runner: model.path needs trainer.kind and generator.kind both embedded, or remote and openai (have %s, %s)", cfg.Trainer.Kind, cfg.Generator.Kind)
 	}
 	m, err := LoadHF(cfg)
 	if err != nil {

@@ -34,6 +34,9 @@ def parse(argv):
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--microbatch-tokens", type=int, default=0, help="padded tokens per microbatch (rows x longest row); 0: the batch's microbatches as sent")
     p.add_argument("--max-body-bytes", type=int, default=1 << 30, help="largest train_step payload (413 beyond)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard weights, gradients and moments across GPUs (torch.distributed.fsdp; torch >= 2.1, CUDA, NCCL, "
+                        ">= 2 ranks under torchrun); refused where unavailable. Not run on CPU (docs/pytorch-trainer.md)")
     g = p.add_argument_group("optimizer (model.OptimConfig)")
     g.add_argument("--lr", type=float, default=1e-3)
     g.add_argument("--min-lr", type=float, default=1e-4)
@@ -101,6 +104,12 @@ def main(argv=None):
     if device == "cuda" and world > 1:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         torch.cuda.set_device(device)
+    if a.fsdp:
+        from . import fsdp
+        why = fsdp.unavailable(device, world)
+        if why:
+            print(f"longhaul_trainer: {why}", file=sys.stderr)
+            return 2
     if world > 1:
         import torch.distributed as dist
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
@@ -117,12 +126,15 @@ def main(argv=None):
     except (ValueError, lm.ConfigError) as e:
         print(f"longhaul_trainer: {e}", file=sys.stderr)
         return 2
-    t = Trainer(m, raw, oc, lc, device=device, microbatch_tokens=a.microbatch_tokens, rank=rank, world=world, model_dir=a.model)
+    if a.fsdp:
+        t = fsdp.FSDPTrainer(m, raw, oc, lc, device=device, microbatch_tokens=a.microbatch_tokens, rank=rank, world=world, model_dir=a.model)
+    else:
+        t = Trainer(m, raw, oc, lc, device=device, microbatch_tokens=a.microbatch_tokens, rank=rank, world=world, model_dir=a.model)
     if a.resume:
         t.load_checkpoint(a.resume)
         log.info("resumed from %s at step %d", a.resume, t.step)
     if rank > 0:
-        server.follow(t, device)
+        server.follow(t, device, None if a.export_dtype == "same" else getattr(torch, a.export_dtype))
         return 0
     export = None if a.export_dtype == "same" else getattr(torch, a.export_dtype)
     app = server.App(t, server.Peers(world, device), api_key=a.api_key, max_body=a.max_body_bytes, export_dtype=export)

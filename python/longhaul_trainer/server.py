@@ -23,7 +23,7 @@ from .batch import BadRequest, Invalid
 
 log = logging.getLogger("longhaul_trainer")
 
-OP_STOP, OP_STEP, OP_LOAD = 0, 1, 2
+OP_STOP, OP_STEP, OP_LOAD, OP_SAVE, OP_EXPORT = 0, 1, 2, 3, 4
 
 
 def jfloat(x):
@@ -52,7 +52,7 @@ class Peers:
             dist.broadcast(torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(self.device), 0)
 
 
-def follow(trainer, device):
+def follow(trainer, device, export_dtype=None):
     """The loop of ranks > 0: run rank 0's commands until it says stop."""
     import torch.distributed as dist
     while True:
@@ -70,6 +70,19 @@ def follow(trainer, device):
             trainer.train_step(wire.decode(payload))
         elif op == OP_LOAD:
             trainer.load_checkpoint(payload.decode())
+        elif op == OP_SAVE:  # FSDP: the shards are gathered by every rank
+            _quiet(trainer.save_checkpoint, payload.decode())
+        elif op == OP_EXPORT:
+            _quiet(trainer.export_weights, payload.decode(), export_dtype)
+
+
+def _quiet(fn, *args):
+    """A follower's part of a call whose error rank 0 reports (rank 0 has
+    already gathered with it; only rank 0 writes)."""
+    try:
+        fn(*args)
+    except Invalid as e:
+        log.warning("rank 0 refuses this call: %s", e)
 
 
 class App:
@@ -105,6 +118,8 @@ class App:
         if not isinstance(v, str) or v == "":
             raise BadRequest(f"{field!r} is required (a non-empty string)")
         with self.lock:
+            if self.t.all_ranks_io and route != "/v1/load_checkpoint":
+                self.peers.send(OP_SAVE if route == "/v1/save_checkpoint" else OP_EXPORT, v.encode())
             if route == "/v1/save_checkpoint":
                 self.t.save_checkpoint(v)
             elif route == "/v1/load_checkpoint":

@@ -82,6 +82,8 @@ class Trainer:
     moments; microbatch j runs on rank j % world and gradients are summed by
     all_reduce before the identical update on every rank."""
 
+    all_ranks_io = False  # save and export run on rank 0 alone (every rank holds everything)
+
     def __init__(self, model, src_config, optim, loss, device="cpu", microbatch_tokens=0, rank=0, world=1, model_dir=None):
         self.model, self.src_config, self.oc, self.lc = model, dict(src_config), optim, loss
         self.device, self.mb_tokens, self.rank, self.world = torch.device(device), microbatch_tokens, rank, world
@@ -94,6 +96,9 @@ class Trainer:
         self.v = [torch.zeros_like(p, dtype=mdt) for _, p in self.params]
         self.vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else src_config["vocab_size"]
         self.max_len = src_config.get("max_position_embeddings", 1 << 30)
+        # FSDP (fsdp.py) averages gradients over ranks; the loss here is a
+        # global sum, so it scales each microbatch's loss by the world size.
+        self.loss_scale = 1
 
     # ---- the step ----
 
@@ -183,7 +188,7 @@ class Trainer:
                 tl = tl + self.lc.kl_coef * kl
         tl = torch.where(m, tl * w, torch.zeros_like(tl))
         loss = tl.sum()
-        loss.backward()
+        (loss * self.loss_scale if self.loss_scale != 1 else loss).backward()
         with torch.no_grad():
             ent = -(logp.exp() * logp).sum(-1)
             acc["loss"] += float(loss)
@@ -194,7 +199,7 @@ class Trainer:
 
     def train_step(self, b):
         grads, acc, tokens = self.gradients(b)
-        norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+        norm = self._grad_norm(grads)
         if self.oc.grad_clip > 0 and norm > self.oc.grad_clip:
             sc = float(np.float32(self.oc.grad_clip / (norm + 1e-6)))
             for g in grads:
@@ -222,9 +227,7 @@ class Trainer:
             p.grad = None
         acc = {"loss": 0.0, "clip_lo": 0, "clip_hi": 0, "kl": 0.0, "entropy": 0.0}
         self.model.train()
-        for j, idx in enumerate(self.plan(b)):
-            if j % self.world == self.rank:
-                self._micro(b, idx, weight, acc)
+        self._run_micros(b, weight, acc)
         grads = []
         for _, p in self.params:
             if p.grad is None:
@@ -233,6 +236,18 @@ class Trainer:
         if self.world > 1:
             self._all_reduce(grads, acc)
         return grads, acc, tokens
+
+    def _run_micros(self, b, weight, acc):
+        for j, idx in enumerate(self.plan(b)):
+            if j % self.world == self.rank:
+                self._micro(b, idx, weight, acc)
+
+    def _grad_norm(self, grads):
+        return math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+
+    def _decays(self, name, p):
+        """Decoupled decay applies to matrices and embeddings only."""
+        return p.dim() >= 2
 
     def _all_reduce(self, grads, acc):
         import torch.distributed as dist
@@ -260,7 +275,7 @@ class Trainer:
             m.copy_(m * b1 + (1 - b1) * g)
             v.copy_(v * b2 + ((1 - b2) * g) * g)
             w = p.to(m.dtype)
-            if p.dim() >= 2 and oc.weight_decay:
+            if oc.weight_decay and self._decays(name, p):
                 w = w - (lr * oc.weight_decay) * w
             w = w - (lr * (m / bc1)) / (torch.sqrt(v / bc2) + oc.eps)
             p.copy_(w.to(p.dtype))
@@ -295,10 +310,7 @@ class Trainer:
 
     def _write_ckpt(self, d):
         self._write_weights(os.path.join(d, WEIGHTS), None)
-        opt = {}
-        for (name, _), m, v in zip(self.params, self.m, self.v):
-            opt["exp_avg." + name], opt["exp_avg_sq." + name] = m, v
-        st.write_file_durable(os.path.join(d, OPTIM), st.encode(opt))
+        st.write_file_durable(os.path.join(d, OPTIM), st.encode(self._moments()))
         rng = {"torch_cpu": torch.get_rng_state()}
         if torch.cuda.is_available():
             for i, s in enumerate(torch.cuda.get_rng_state_all()):
@@ -346,15 +358,7 @@ class Trainer:
                 src = w if k == n else opt
                 if k not in src:
                     raise Invalid(f"{d}: checkpoint lacks tensor {k!r} (another architecture?)")
-        with torch.no_grad():
-            for (n, p), m, v in zip(self.params, self.m, self.v):
-                for dst, src in ((p, w[n]), (m, opt["exp_avg." + n]), (v, opt["exp_avg_sq." + n])):
-                    if tuple(src.shape) != tuple(dst.shape) or src.dtype != dst.dtype:
-                        raise Invalid(f"{d}: tensor for {n!r} is {src.dtype}{list(src.shape)}, want {dst.dtype}{list(dst.shape)}")
-            for (n, p), m, v in zip(self.params, self.m, self.v):
-                p.copy_(w[n])
-                m.copy_(opt["exp_avg." + n])
-                v.copy_(opt["exp_avg_sq." + n])
+        self._restore(d, w, opt)
         torch.set_rng_state(rng["torch_cpu"])
         cuda = sorted((k for k in rng if k.startswith("torch_cuda.")), key=lambda k: int(k.split(".")[1]))
         if cuda and torch.cuda.is_available():
@@ -365,10 +369,33 @@ class Trainer:
         random.setstate((pr[0], tuple(pr[1]), pr[2]))
         self.step, self.version = int(meta["step"]), int(meta["version"])
 
+    @torch.no_grad()
+    def _restore(self, d, w, opt):
+        """Copies checkpoint tensors into the parameters and moments, after
+        checking every shape and dtype (so nothing is half-restored)."""
+        for (n, p), m, v in zip(self.params, self.m, self.v):
+            for dst, src in ((p, w[n]), (m, opt["exp_avg." + n]), (v, opt["exp_avg_sq." + n])):
+                if tuple(src.shape) != tuple(dst.shape) or src.dtype != dst.dtype:
+                    raise Invalid(f"{d}: tensor for {n!r} is {src.dtype}{list(src.shape)}, want {dst.dtype}{list(dst.shape)}")
+        for (n, p), m, v in zip(self.params, self.m, self.v):
+            p.copy_(w[n])
+            m.copy_(opt["exp_avg." + n])
+            v.copy_(opt["exp_avg_sq." + n])
+
+    def _weights(self):
+        """name -> whole tensor, for checkpoints and exports."""
+        return {n: p.detach() for n, p in self.model.named_parameters()}
+
+    def _moments(self):
+        opt = {}
+        for (name, _), m, v in zip(self.params, self.m, self.v):
+            opt["exp_avg." + name], opt["exp_avg_sq." + name] = m, v
+        return opt
+
     # ---- export ----
 
     def _write_weights(self, path, dtype):
-        ts = {n: (p.detach().to(dtype) if dtype else p.detach()) for n, p in self.model.named_parameters()}
+        ts = {n: (t.to(dtype) if dtype else t) for n, t in self._weights().items()}
         st.write_file_durable(path, st.encode(ts, {"format": "pt"}))
         cfg = dict(self.src_config)
         if dtype is not None:

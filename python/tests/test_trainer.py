@@ -200,3 +200,37 @@ class ResumeTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FSDPGuardTest(unittest.TestCase):
+    """The FSDP path needs CUDA, NCCL and torch >= 2.1 (fsdp.py); where any
+    is missing, as on the CPU machine these tests run on, --fsdp is refused
+    up front with the reason, never half-started."""
+
+    def test_refused_with_reason(self):
+        from longhaul_trainer import fsdp
+        why = fsdp.unavailable("cpu", 2)
+        self.assertIsNotNone(why)
+        self.assertRegex(why, r"--fsdp needs|does not import")
+        if not torch.cuda.is_available():
+            self.assertIsNotNone(fsdp.unavailable("cuda", 2))
+
+    def test_launcher_exits_2(self):
+        import contextlib
+        import io
+        from longhaul_trainer.__main__ import main
+        d = tiny_dir()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["--model", d, "--fsdp", "--device", "cpu", "--port", "0", "--log-level", "ERROR"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--fsdp", err.getvalue())
+        shutil.rmtree(d)
+
+    def test_names(self):
+        from longhaul_trainer.fsdp import _clean
+        known = {"model.embed_tokens.weight", "lm_head.weight"}
+        self.assertEqual(_clean("_fsdp_wrapped_module.model.embed_tokens.weight", known), "model.embed_tokens.weight")
+        self.assertEqual(_clean("_fsdp_wrapped_module.inner.lm_head.weight", known), "lm_head.weight")
+        with self.assertRaises(ValueError):
+            _clean("_fsdp_wrapped_module.other.weight", known)

@@ -37,7 +37,7 @@ await check("models", async () => {
 });
 
 await check("completions with logprobs, n and seed", async () => {
-  const params = { model: MODEL, prompt: "Hello", max_tokens: 8, logprobs: 1, n: 3, seed: 11, return_token_ids: true };
+  const params = { model: MODEL, prompt: "Hello", max_tokens: 8, logprobs: 0, n: 3, seed: 11, return_token_ids: true };
   const { data, response } = await client.completions.create(params).withResponse();
   assert.equal(response.headers.get("x-longhaul-weight-version"), "0");
   assert.equal(data.object, "text_completion");

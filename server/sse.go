@@ -1,0 +1,121 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Streaming (stream: true) is server-sent events as OpenAI and vLLM send
+// them: one `data: {json}` event per chunk, `data: [DONE]` last. The
+// generator answers a batch whole (gen.Generator has no per-token
+// callback), so a stream is written once the batch is done: chunks, their
+// order and their fields are those of a live stream, but the first one
+// arrives when the whole completion would have. docs/serving.md says so.
+
+// sse writes one response's events.
+type sse struct {
+	w   http.ResponseWriter
+	err error // the first write error (the client went away); later sends do nothing
+}
+
+func startSSE(w http.ResponseWriter, version int64) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set(VersionHeader, strconv.FormatInt(version, 10))
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w}
+}
+
+// send writes v as one event.
+func (e *sse) send(v any) {
+	if e.err != nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only our own chunk types reach here; a failure is a bug, and the
+		// stream ends with an error event rather than a half chunk.
+		b = []byte(`{"error":{"message":"chunk encoding failed","type":"server_error","param":null,"code":null}}`)
+	}
+	e.write("data: " + string(b) + "\n\n")
+}
+
+// done ends the stream.
+func (e *sse) done() { e.write("data: [DONE]\n\n") }
+
+func (e *sse) write(s string) {
+	if e.err != nil {
+		return
+	}
+	if _, err := fmt.Fprint(e.w, s); err != nil {
+		e.err = err
+		return
+	}
+	if f, ok := e.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// textDeltas splits a choice's text into one piece per token such that the
+// pieces join to text exactly: a token adds the bytes it carries, a stop
+// string's bytes never appear (text is already cut), and a multi-byte
+// character split across byte tokens is held back until it is whole, so
+// every piece is valid UTF-8 (a piece may be empty).
+func textDeltas(tokens []int32, text string) []string {
+	out := make([]string, len(tokens))
+	avail, sent := 0, 0
+	for k, t := range tokens {
+		if t >= 0 && t < 256 {
+			avail = min(avail+1, len(text))
+		}
+		end := sent
+		if k == len(tokens)-1 {
+			end = len(text)
+		} else {
+			for end < avail {
+				r, size := utf8.DecodeRuneInString(text[end:avail])
+				if r == utf8.RuneError && size <= 1 && !utf8.FullRuneInString(text[end:avail]) {
+					break // an incomplete character: wait for its next byte
+				}
+				end += size
+			}
+		}
+		out[k], sent = text[sent:end], end
+	}
+	return out
+}
+
+// streamUsage is the usage field of a chunk: absent without
+// include_usage, null on every chunk but the last with it (OpenAI's
+// contract), the totals on the last.
+func streamUsage(includeUsage bool) any {
+	if includeUsage {
+		return json.RawMessage("null")
+	}
+	return nil
+}
+
+// interleave visits the choices' tokens step by step, as a live stream of
+// n samples would emit them: fn(i, k) for token k of choice i, with last
+// set on a choice's final token; a choice without tokens gets fn(i, -1,
+// true) first, so that every choice gets its finish.
+func interleave(cs []choice, fn func(i, k int, last bool)) {
+	longest := 0
+	for i, c := range cs {
+		longest = max(longest, len(c.tokens))
+		if len(c.tokens) == 0 {
+			fn(i, -1, true)
+		}
+	}
+	for k := range longest {
+		for i, c := range cs {
+			if k < len(c.tokens) {
+				fn(i, k, k == len(c.tokens)-1)
+			}
+		}
+	}
+}
