@@ -11,7 +11,8 @@ scores each answer against the true balance mod 10 itself, and posts the
 reward to $LONGHAUL_REWARD_URL before exiting 0.
 
 Options: --stream asks for server-sent events (stream: true, with
-stream_options.include_usage) and reassembles the reply from the chunks;
+stream_options.include_usage) and reassembles the reply from the chunks
+(--stream-odd: only on odd-numbered calls, so one run uses both forms);
 --tools offers an `answer(balance)` function tool and takes the answer from
 the reply's tool call when the model makes one (each call is answered with a
 tool message before the next delta).
@@ -88,6 +89,7 @@ def stream(url, body, compacted=False):
 
 def main():
     use_stream = "--stream" in sys.argv[1:]
+    stream_odd = "--stream-odd" in sys.argv[1:]
     use_tools = "--tools" in sys.argv[1:]
     base = os.environ["OPENAI_BASE_URL"].rstrip("/")
     task = json.loads(os.environ["LONGHAUL_TASK"])
@@ -106,7 +108,8 @@ def main():
         if use_tools:
             body["tools"] = [ANSWER_TOOL]
         try:
-            rep = (stream if use_stream else post)(base + "/chat/completions", body, compacted)
+            streamed = use_stream or (stream_odd and i % 2 == 1)
+            rep = (stream if streamed else post)(base + "/chat/completions", body, compacted)
         except urllib.error.HTTPError as e:
             if e.code == 400:  # a rollout limit: stop, longhaul seals the rollout
                 break

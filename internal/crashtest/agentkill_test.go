@@ -14,7 +14,10 @@ import (
 // points and at random moments and resumed after each kill ends with the
 // same logged calls, trained prompts and weights as an uninterrupted run:
 // the resumed agents' calls were answered from the log, and only calls
-// past it were generated (Summary.Calls counts generated calls).
+// past it were generated (Summary.Calls counts generated calls). The agent
+// offers a function tool and streams every other call (--tools
+// --stream-odd): streamed answers and tool calls are replayed from the
+// log like plain ones.
 func TestAgentKilledRunEqualsUninterrupted(t *testing.T) {
 	bin := binary(t)
 	py, err := exec.LookPath("python3")
@@ -25,7 +28,7 @@ func TestAgentKilledRunEqualsUninterrupted(t *testing.T) {
 	agent := filepath.Join(filepath.Dir(file), "..", "..", "examples", "agents", "ledger_agent.py")
 	var log bytes.Buffer
 	res, err := Run(context.Background(), Options{Binary: bin, Config: tinyConfig(t), Kills: 3, Seed: 5, Dir: t.TempDir(), Log: &log,
-		Overrides: []string{"env.kind=agent", "env.command=[" + py + ", " + agent + "]", "compaction.on_undeclared_break=split",
+		Overrides: []string{"env.kind=agent", "env.command=[" + py + ", " + agent + ", --tools, --stream-odd]", "compaction.on_undeclared_break=split",
 			"warmstart.enabled=false", "run.max_steps=3", "grpo.num_prompts_per_step=2"}})
 	t.Log(log.String())
 	if err != nil {
