@@ -200,3 +200,42 @@ func TestOpenAINodeSDKStreamingToolAgent(t *testing.T) {
 	}
 	resumeAt(t, full, len(full)/2, mk)
 }
+
+// TestAgentBadToolRequests: malformed tools or tool calls in a request are
+// answered 400 with the field named (never 500), and the agent goes on.
+func TestAgentBadToolRequests(t *testing.T) {
+	py := agentCommand(t)[0]
+	script := `
+import json, os, urllib.request, urllib.error
+base = os.environ["OPENAI_BASE_URL"]
+def post(body):
+    req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+user = {"role": "user", "content": "hi"}
+for body, want in [
+    ({"messages": [user], "tools": [{"type": "function", "function": {}}]}, "tools[0]"),
+    ({"messages": [user], "tools": [{"type": "retrieval", "function": {"name": "x"}}]}, "tools[0]"),
+    ({"messages": [user, {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": {"arguments": "{}"}}]}]}, "messages[1].tool_calls[0]"),
+    ({"messages": [user], "tools": "nope"}, "bad request body"),
+]:
+    code, rep = post(body)
+    assert code == 400 and want in rep["error"]["message"], (code, rep)
+req = urllib.request.Request(base + "/chat/completions", json.dumps({"messages": [user], "stream": True,
+    "stream_options": {"include_usage": True}}).encode(), {"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=30) as r:
+    events = [l[6:] for l in r.read().decode().split("\n\n") if l.startswith("data: ")]
+assert events[-1] == "[DONE]" and json.loads(events[-2])["usage"]["completion_tokens"] > 0, events
+assert json.loads(events[-3])["choices"][0]["finish_reason"] == "stop", events
+req = urllib.request.Request(os.environ["LONGHAUL_REWARD_URL"], json.dumps({"reward": 1}).encode(), {"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=30).read()
+`
+	rec := &rollouttest.Recorder{}
+	res, err := rollout.Run(context.Background(), spec(t, []string{py, "-c", script}, generator(), rec), nil)
+	if err != nil || res.Outcome != runlog.OutcomeCompleted || res.Reward != 1 {
+		t.Fatalf("%+v, %v", res, err)
+	}
+}

@@ -169,7 +169,10 @@ class Env:
             calls = [{"id": "call", "function": {"name": name, "arguments": json.dumps({"_": arg})}}]
         state["turns"] += 1
         out, reward, effect = [], 0.0, {"metered": True}
-        if not calls:
+        errors = (msg or {}).get("tool_call_errors") or []
+        if errors:  # the parser could not read a call: tell the agent why
+            out.append({"role": "user", "content": "malformed tool call: " + "; ".join(errors)})
+        elif not calls:
             out.append({"role": "user", "content": "call a tool"})
         for c in calls:
             fn = c.get("function") or {}
