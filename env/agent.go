@@ -21,16 +21,22 @@ type AgentCallFunc func(ctx context.Context, c AgentCall) (AgentReply, error)
 // AgentCall is one chat request of an agent.
 type AgentCall struct {
 	Messages []Message
+	// Tools are the request's function tools: the chat template renders
+	// them, and the reply is parsed for calls to them.
+	Tools []Tool
 	// Compacted is the agent's declaration that it rewrote its context
 	// since its previous call (header X-Longhaul-Compaction): a declared
 	// compaction boundary rather than an undeclared prefix break.
 	Compacted bool
 }
 
-// AgentReply is the sampled answer: its text (special tokens dropped),
-// token counts and finish reason (stop | length).
+// AgentReply is the sampled answer: its text (special tokens dropped;
+// without the tool calls under a real chat template), the tool calls the
+// tool parser read from it, token counts and finish reason (stop | length
+// | tool_calls).
 type AgentReply struct {
 	Text             string
+	ToolCalls        []ToolCall
 	PromptTokens     int
 	CompletionTokens int
 	Finish           string

@@ -20,6 +20,12 @@ type Message struct {
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`   // assistant messages
 	ToolCallID string     `json:"tool_call_id,omitempty"` // tool messages: the call answered
 	Name       string     `json:"name,omitempty"`         // tool messages: the tool's name
+	// ToolCallErrors (a longhaul extension of the OpenAI shape) lists the
+	// tool calls of an assistant message that the tool parser could not
+	// read; their raw text stays in Content. The environment decides what
+	// a malformed call means (typically a tool or user message saying
+	// what was wrong): it is data the episode goes on with, not a failure.
+	ToolCallErrors []string `json:"tool_call_errors,omitempty"`
 }
 
 // ToolCall is one parsed tool call of an assistant message.
@@ -192,8 +198,14 @@ func CheckReply(req Message, tools []Tool, res MessageResult) error {
 			if !ok {
 				return fmt.Errorf("env: reply message %d answers tool call %q, which the step did not make", i, m.ToolCallID)
 			}
-			if m.Name != "" && (!known[m.Name] || m.Name != name) {
-				return fmt.Errorf("%w: reply message %d names tool %q (the call was to %q)", ErrUnknownTool, i, m.Name, name)
+			// A call the model made to a tool the episode lacks is answered
+			// under that name (the environment tells the model so); any
+			// other name is the environment's own mistake.
+			if m.Name != "" && m.Name != name {
+				if !known[m.Name] {
+					return fmt.Errorf("%w: reply message %d names tool %q (the call was to %q)", ErrUnknownTool, i, m.Name, name)
+				}
+				return fmt.Errorf("env: reply message %d names tool %q, but the call %q was to %q", i, m.Name, m.ToolCallID, name)
 			}
 		default:
 			return fmt.Errorf("env: reply message %d has role %q; want tool, user or system", i, m.Role)

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -32,18 +33,10 @@ func (l *loop) drive(ctx context.Context, a env.Agent) (Result, error) {
 		case lim.MaxSampledTokens > 0 && l.sampled >= lim.MaxSampledTokens:
 			limit = runlog.OutcomeMaxTokens
 		}
-		prompt := []int32{tokenizer.BOS}
-		for i, m := range c.Messages {
-			role := tokenizer.Role(m.Role)
-			if m.Role == "tool" {
-				role = tokenizer.RoleTool
-			}
-			var err error
-			if prompt, err = tokenizer.AppendMessage(prompt, tokenizer.Message{Role: role, Content: m.Content}); err != nil {
-				return env.AgentReply{}, Data("agent.call", fmt.Errorf("message %d: %w", i, err))
-			}
+		prompt, err := l.agentPrompt(ctx, c)
+		if err != nil {
+			return env.AgentReply{}, err
 		}
-		prompt = append(prompt, tokenizer.Assistant)
 		if limit == "" && l.overBudget(len(prompt)) {
 			limit = runlog.OutcomeMaxTokens
 		}
@@ -60,8 +53,9 @@ func (l *loop) drive(ctx context.Context, a env.Agent) (Result, error) {
 			return env.AgentReply{}, err
 		}
 		l.turns++
-		return env.AgentReply{Text: tokenizer.DecodeText(fc.Sampled), PromptTokens: len(prompt),
-			CompletionTokens: len(fc.Sampled), Finish: fc.Finish}, nil
+		rep := l.agentReply(fc, c.Tools)
+		rep.PromptTokens = len(prompt)
+		return rep, nil
 	}
 	res, err := a.Drive(ctx, l.s.Task, call)
 	mu.Lock()
@@ -75,6 +69,78 @@ func (l *loop) drive(ctx context.Context, a env.Agent) (Result, error) {
 	l.reward, l.success, l.done = res.Reward, res.Success, true
 	return l.seal(ctx, runlog.OutcomeCompleted)
 }
+
+// agentPrompt renders an agent's request: through the chat template, with
+// the request's tools in its tools argument, or, under the byte template
+// (which has no tool syntax), as today's byte messages, the tools as a
+// first system message in env.RenderTools' one-line form.
+func (l *loop) agentPrompt(ctx context.Context, c env.AgentCall) ([]int32, error) {
+	if l.bridged {
+		opt := l.s.Render
+		opt.AddGenerationPrompt = true
+		opt.Tools = append([]json.RawMessage(nil), opt.Tools...)
+		for i, t := range c.Tools {
+			if t.Type == "" {
+				t.Type = "function"
+			}
+			raw, err := json.Marshal(t)
+			if err != nil {
+				return nil, Data("agent.call", fmt.Errorf("tool %d: %w", i, err))
+			}
+			opt.Tools = append(opt.Tools, raw)
+		}
+		p, err := l.s.Chat.RenderTokens(ctx, chatMessages(c.Messages), opt)
+		if err != nil {
+			return nil, Data("agent.call", err)
+		}
+		return p, nil
+	}
+	msgs := c.Messages
+	if t := env.RenderTools(c.Tools); t != "" {
+		msgs = append([]env.Message{{Role: "system", Content: t}}, msgs...)
+	}
+	prompt := []int32{tokenizer.BOS}
+	for i, m := range msgs {
+		role := tokenizer.Role(m.Role)
+		if m.Role == "tool" {
+			role = tokenizer.RoleTool
+		}
+		var err error
+		if prompt, err = tokenizer.AppendMessage(prompt, tokenizer.Message{Role: role, Content: m.Content}); err != nil {
+			return nil, Data("agent.call", fmt.Errorf("message %d: %w", i, err))
+		}
+	}
+	return append(prompt, tokenizer.Assistant), nil
+}
+
+// agentReply reads a sampled reply for the agent: under a chat template
+// through the tool parser (content without the calls); under the byte
+// template, with tools, by env.ParseToolCall, keeping the raw text as the
+// content so the agent's echo of it renders to the sampled bytes. Call ids
+// name the call (call_<call>_<i>), so a replayed reply has the same ids.
+func (l *loop) agentReply(fc runlog.CallFinished, tools []env.Tool) env.AgentReply {
+	rep := env.AgentReply{CompletionTokens: len(fc.Sampled), Finish: fc.Finish}
+	if l.bridged {
+		p := l.cb.parse(fc.Sampled)
+		rep.Text = p.Message.Content
+		for i, tc := range p.Message.ToolCalls {
+			rep.ToolCalls = append(rep.ToolCalls, env.ToolCall{ID: fmt.Sprintf("call_%d_%d", fc.Call, i), Type: "function",
+				Function: env.FunctionCall{Name: tc.Name, Arguments: string(tc.Arguments)}})
+		}
+	} else {
+		rep.Text = tokenizer.DecodeText(fc.Sampled)
+		if len(tools) > 0 {
+			rep.ToolCalls = env.ParseToolCall(rep.Text, tools, fmt.Sprintf("call_%d_0", fc.Call)).ToolCalls
+		}
+	}
+	if len(rep.ToolCalls) > 0 && rep.Finish == runlog.FinishStop {
+		rep.Finish = FinishToolCalls
+	}
+	return rep
+}
+
+// FinishToolCalls is the OpenAI finish reason of a reply that calls tools.
+const FinishToolCalls = "tool_calls"
 
 // extends reports whether prompt continues ctx exactly.
 func extends(prompt, ctx []int32) bool {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
@@ -27,6 +28,9 @@ type chatState struct {
 	sampled []int32         // the last selected reply, not yet in the record
 	next    []lhtok.Message // observations since that reply
 	turn    bool            // a reply is waiting to be appended
+	reply   lhtok.Message   // the parsed message of that reply
+	// menv is the environment when it speaks messages (msgenv.go).
+	menv env.MessageEnvironment
 }
 
 // initBridged decides between the byte loop (nil or bytetok.Chat: today's
@@ -74,20 +78,15 @@ func (c *chatState) parse(sampled []int32) toolcall.Parsed {
 // and resume rules, with prompts from the bridge. Sampled tokens enter the
 // record as sampled; only the new messages are rendered.
 func (l *loop) runChat(ctx context.Context) (Result, error) {
-	obs, err := l.env.Reset(l.envCtx(ctx, -1), l.s.Task, l.s.EnvSeed)
+	msgs, opt, err := l.openChat(ctx)
 	if err != nil {
-		return Result{}, classify("env.reset", err)
+		return Result{}, err
 	}
-	var msgs []lhtok.Message
-	if l.s.System != "" {
-		msgs = append(msgs, lhtok.Message{Role: "system", Content: l.s.System})
-	}
-	msgs = append(msgs, lhtok.Message{Role: "user", Content: obs})
 	mode := l.s.History
 	if mode == "" {
 		mode = bridge.Append
 	}
-	if l.cb.br, err = bridge.New(ctx, l.s.Chat, mode, l.s.Render, msgs); err != nil {
+	if l.cb.br, err = bridge.New(ctx, l.s.Chat, mode, opt, msgs); err != nil {
 		return Result{}, Data("chat", err)
 	}
 	lim := l.s.Limits
@@ -112,7 +111,7 @@ func (l *loop) runChat(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 		l.cb.turn = true
-		if err := l.step(ctx, l.parse(call.Sampled)); err != nil {
+		if err := l.step(ctx, l.chatAction(call.Sampled)); err != nil {
 			return Result{}, err
 		}
 	}
@@ -125,7 +124,7 @@ func (l *loop) bridgeTurn(ctx context.Context) error {
 	if !l.cb.turn {
 		return nil
 	}
-	t, err := l.cb.br.Next(ctx, l.cb.sampled, l.cb.parse(l.cb.sampled).Message, l.cb.next)
+	t, err := l.cb.br.Next(ctx, l.cb.sampled, l.cb.reply, l.cb.next)
 	if err != nil {
 		return Data("chat", err)
 	}

@@ -23,7 +23,6 @@ import (
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
-	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // Recorder makes an event durable; Record returns once it is.
@@ -470,7 +469,7 @@ func (l *loop) step(ctx context.Context, action string) error {
 		if err := l.syncEnv(ctx); err != nil {
 			return err
 		}
-		res, err := l.env.Step(l.envCtx(ctx, int(turn)), action)
+		res, err := l.envStep(ctx, int(turn), action)
 		if err != nil {
 			return classify("env.step", err)
 		}
@@ -490,7 +489,9 @@ func (l *loop) step(ctx context.Context, action string) error {
 	l.reward += st.Reward
 	l.done = st.Done
 	if !st.Done && st.Observation != "" && l.bridged {
-		l.cb.next = append(l.cb.next, lhtok.Message{Role: string(l.obsRole), Content: st.Observation})
+		if err := l.cb.observe(st.Observation, string(l.obsRole)); err != nil {
+			return err
+		}
 	} else if !st.Done && st.Observation != "" {
 		m, err := compaction.NewMessage(l.obsRole, st.Observation)
 		if err != nil {
@@ -516,7 +517,7 @@ func (l *loop) syncEnv(ctx context.Context) error {
 		}
 	} else {
 		for _, s := range l.pending {
-			res, err := l.env.Step(l.envCtx(ctx, int(s.Turn)), s.Action)
+			res, err := l.envStep(ctx, int(s.Turn), s.Action)
 			if err != nil {
 				return classify("env.replay", err)
 			}

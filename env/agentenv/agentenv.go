@@ -3,7 +3,9 @@
 // endpoint on loopback, starts the user's command with OPENAI_BASE_URL
 // pointing at it and the task in LONGHAUL_TASK, and answers every chat
 // request through the rollout loop, which renders, samples (or replays
-// from the log) and records it. The agent ends by posting its reward to
+// from the log) and records it. Requests may carry function tools (the
+// reply then carries parsed tool_calls) and ask for a stream (server-sent
+// events, sse.go). The agent ends by posting its reward to
 // $LONGHAUL_REWARD_URL and exiting 0.
 package agentenv
 

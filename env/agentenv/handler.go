@@ -40,6 +40,13 @@ func (h *handler) limited() bool {
 type chatRequest struct {
 	Model    string        `json:"model"`
 	Messages []chatMessage `json:"messages"`
+	Tools    []env.Tool    `json:"tools"`
+	// ToolChoice is accepted and not enforced: the model decides ("auto").
+	ToolChoice    json.RawMessage `json:"tool_choice"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 	// Compaction declares a compaction boundary, as CompactionHeader does
 	// (for clients that add body fields more easily than headers).
 	Compaction bool `json:"longhaul_compaction"`
@@ -52,8 +59,11 @@ const CompactionHeader = "X-Longhaul-Compaction"
 // chatMessage accepts content as a string or as a list of text parts (the
 // OpenAI SDKs send both).
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  []env.ToolCall  `json:"tool_calls"`   // assistant messages
+	ToolCallID string          `json:"tool_call_id"` // tool messages
+	Name       string          `json:"name"`
 }
 
 func (m chatMessage) text() (string, error) {
@@ -133,8 +143,21 @@ func (h *handler) chat(w http.ResponseWriter, body []byte, declared bool) {
 			apiError(w, http.StatusBadRequest, "bad_message", fmt.Sprintf("messages[%d]: %v", i, err))
 			return
 		}
-		c.Messages[i] = env.Message{Role: m.Role, Content: text}
+		for j, tc := range m.ToolCalls {
+			if tc.Function.Name == "" {
+				apiError(w, http.StatusBadRequest, "bad_message", fmt.Sprintf("messages[%d].tool_calls[%d]: no function name", i, j))
+				return
+			}
+		}
+		c.Messages[i] = env.Message{Role: m.Role, Content: text, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
 	}
+	for i, t := range req.Tools {
+		if t.Function.Name == "" || (t.Type != "" && t.Type != "function") {
+			apiError(w, http.StatusBadRequest, "bad_tool", fmt.Sprintf("tools[%d]: want {\"type\": \"function\", \"function\": {\"name\": ...}}", i))
+			return
+		}
+	}
+	c.Tools = req.Tools
 	rep, err := h.call(h.ctx, c)
 	switch {
 	case errors.Is(err, env.ErrAgentLimit):
@@ -158,11 +181,25 @@ func (h *handler) chat(w http.ResponseWriter, body []byte, declared bool) {
 	if model == "" {
 		model = "longhaul"
 	}
+	if req.Stream {
+		writeStream(w, id, model, rep, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
+	msg := map[string]any{"role": "assistant", "content": rep.Text}
+	if len(rep.ToolCalls) > 0 {
+		msg["tool_calls"] = rep.ToolCalls
+		if rep.Text == "" {
+			msg["content"] = nil // the OpenAI shape of a reply that only calls tools
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"id": id, "object": "chat.completion", "created": 0, "model": model,
-		"choices": []any{map[string]any{"index": 0, "finish_reason": rep.Finish,
-			"message": map[string]any{"role": "assistant", "content": rep.Text}}},
-		"usage": map[string]any{"prompt_tokens": rep.PromptTokens, "completion_tokens": rep.CompletionTokens,
-			"total_tokens": rep.PromptTokens + rep.CompletionTokens},
+		"choices": []any{map[string]any{"index": 0, "finish_reason": rep.Finish, "message": msg}},
+		"usage":   usage(rep),
 	})
+}
+
+func usage(rep env.AgentReply) map[string]any {
+	return map[string]any{"prompt_tokens": rep.PromptTokens, "completion_tokens": rep.CompletionTokens,
+		"total_tokens": rep.PromptTokens + rep.CompletionTokens}
 }

@@ -6,10 +6,15 @@ only.
 The task: sum the codes printed on some pages of a library. The agent has
 three tools: read(page) returns the page, long enough that a few of them
 outgrow the context; note(text) writes to the episode's notebook (a side
-effect) and returns the notebook; answer(value) ends the episode with
-reward 1 when value is the sum. A page read once is gone from the context
-after compaction, so the agent must note each code as it goes. Every step
-is also metered (an effect of its own, as a paid API call would be).
+effect) and returns the notebook; answer(value) ends the episode. A page
+read once is gone from the context after compaction, so the agent must
+note each code as it goes. Every step is also metered (an effect of its
+own, as a paid API call would be).
+
+The reward gives partial credit, so a small model learns the steps before
+it can solve the task: 0.1 for the first read of each of the task's pages,
+0.1 for noting the code of the task page read last (once per page), and
+0.4 for the right sum; an episode succeeds when the sum is right.
 
 Exactly once: every step carries an idempotency key. The server appends
 each answered key to a journal (one JSON line, flushed and fsynced before
@@ -124,7 +129,7 @@ class Env:
         pages = params.get("pages")
         if not isinstance(pages, list) or not pages or not all(isinstance(p, int) and p >= 0 for p in pages):
             raise BadRequest(400, "task.params.pages must be a non-empty list of page numbers")
-        state = {"pages": pages, "notebook": [], "done": False, "turns": 0}
+        state = {"pages": pages, "notebook": [], "done": False, "turns": 0, "read": [], "noted": [], "last": None}
         with self.lock:
             self.next += 1
             sid = "s%d-%s" % (self.next, os.urandom(3).hex())
@@ -164,7 +169,10 @@ class Env:
             calls = [{"id": "call", "function": {"name": name, "arguments": json.dumps({"_": arg})}}]
         state["turns"] += 1
         out, reward, effect = [], 0.0, {"metered": True}
-        if not calls:
+        errors = (msg or {}).get("tool_call_errors") or []
+        if errors:  # the parser could not read a call: tell the agent why
+            out.append({"role": "user", "content": "malformed tool call: " + "; ".join(errors)})
+        elif not calls:
             out.append({"role": "user", "content": "call a tool"})
         for c in calls:
             fn = c.get("function") or {}
@@ -189,26 +197,40 @@ class Env:
             if state["done"]:
                 break
         obs = "\n".join(m["content"] for m in out)
-        success = state["done"] and reward > 0
+        success = state["done"] and state.get("solved", False)
         return {"observation": "" if state["done"] else obs, "reward": reward, "done": state["done"],
                 "success": success, "messages": [] if state["done"] else out}, effect
 
     def _tool(self, state, name, arg, effect):
+        for k, v in (("read", []), ("noted", []), ("last", None)):
+            state.setdefault(k, v)  # a journal written before partial credit
         if name == "read":
             try:
-                return page_text(int(arg)), 0.0, effect
+                page = int(arg)
             except (TypeError, ValueError):
                 return "error: read needs a page number", 0.0, effect
+            r = 0.0
+            if page in state["pages"]:
+                state["last"] = page
+                if page not in state["read"]:
+                    state["read"].append(page)
+                    r = 0.1
+            return page_text(page), r, effect
         if name == "note":
-            state["notebook"].append(str(arg)[:40])
-            return "notebook: " + " ".join(state["notebook"]), 0.0, dict(effect, note=str(arg)[:40])
+            text = str(arg)[:40]
+            state["notebook"].append(text)
+            r, last = 0.0, state["last"]
+            if last is not None and last not in state["noted"] and text.strip() == str(code_of(last)):
+                state["noted"].append(last)
+                r = 0.1
+            return "notebook: " + " ".join(state["notebook"]), r, dict(effect, note=text)
         try:
             value = int(arg)
         except (TypeError, ValueError):
             return "error: answer needs a number", 0.0, effect
         state["done"] = True
-        want = sum(code_of(p) for p in state["pages"])
-        return "answered", (1.0 if value == want else 0.0), effect
+        state["solved"] = value == sum(code_of(p) for p in state["pages"])
+        return "answered", (0.4 if state["solved"] else 0.0), effect
 
     def close(self, req):
         with self.lock:
