@@ -98,7 +98,7 @@ func (m *Model) generateShard(ctx context.Context, sh int, seqs []*genSeq) error
 		}
 		p := s.req.Prompt
 		ws := m.workspace(sh, len(p), false)
-		m.forward(ws, p, true)
+		m.forward(ws, p, true, nil)
 		copy(s.logits, ws.logits[:c.Vocab])
 		s.k, s.v = make([][]float32, c.Layers), make([][]float32, c.Layers)
 		for l := range c.Layers {

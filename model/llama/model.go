@@ -230,7 +230,7 @@ func (m *Model) Logprobs(ctx context.Context, seqs [][]int32) ([][]float32, erro
 			}
 			toks := seqs[i]
 			ws := m.workspace(s, len(toks), false)
-			m.forward(ws, toks, false)
+			m.forward(ws, toks, false, nil)
 			V := m.cfg.Vocab
 			lps := make([]float32, len(toks))
 			for t := 1; t < len(toks); t++ {
@@ -256,6 +256,6 @@ func (m *Model) Logits(toks []int32) ([]float32, error) {
 		return nil, err
 	}
 	ws := m.workspace(0, len(toks), false)
-	m.forward(ws, toks, false)
+	m.forward(ws, toks, false, nil)
 	return append([]float32(nil), ws.logits[:len(toks)*m.cfg.Vocab]...), nil
 }

@@ -148,7 +148,13 @@ func (m *Model) gradient(ctx context.Context, seqs []model.Sequence, lc model.Lo
 			if weight[i] == 0 {
 				continue
 			}
-			m.forward(ws, seqs[i].Tokens, false)
+			ws.rows = ws.rows[:0]
+			for t, k := range seqs[i].Mask[1:] {
+				if k != 0 {
+					ws.rows = append(ws.rows, int32(t))
+				}
+			}
+			m.forward(ws, seqs[i].Tokens, false, ws.rows)
 			m.lossGrad(ws, &seqs[i], lc, weight[i], &st[s])
 			if grad != nil {
 				m.backward(ws, seqs[i].Tokens)
@@ -212,15 +218,14 @@ func (m *Model) checkSeq(s *model.Sequence, lc model.LossConfig) (int, error) {
 }
 
 // lossGrad adds one forwarded sequence's loss to st and writes dlogits:
-// row t−1 gets w·dlp·(onehot(tok_t) − softmax(row)).
+// the row of position t−1 (row i for ws.rows[i] = t−1) gets
+// w·dlp·(onehot(tok_t) − softmax(row)).
 func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, w float64, st *shardStats) {
-	V, n := m.cfg.Vocab, len(s.Tokens)
-	clear(ws.dlogits[:n*V])
-	for t := 1; t < n; t++ {
-		if s.Mask[t] == 0 {
-			continue
-		}
-		row := ws.logits[(t-1)*V : t*V]
+	V := m.cfg.Vocab
+	clear(ws.dlogits[:len(ws.rows)*V])
+	for i, r := range ws.rows {
+		t := int(r) + 1
+		row := ws.logits[i*V : (i+1)*V]
 		lse, sum := logSumExp(row, ws.e)
 		tok := s.Tokens[t]
 		loss, dlp, clipped, kl := model.TokenLoss(&lc, float64(row[tok]-lse), s, t)
@@ -233,7 +238,7 @@ func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, 
 		if g == 0 {
 			continue
 		}
-		drow := ws.dlogits[(t-1)*V : t*V]
+		drow := ws.dlogits[i*V : (i+1)*V]
 		ng := -g / sum
 		for j, e := range ws.e[:V] {
 			drow[j] = ng * e
