@@ -250,27 +250,8 @@ func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, 
 // adamw is one AdamW update (torch semantics, decoupled decay on matrices
 // and embeddings only), in float64 moments.
 func (t *Trainer) adamw(lr float64) {
-	oc := t.oc
-	b1, b2 := oc.Beta1, oc.Beta2
-	n := float64(t.step + 1)
-	bc1, bc2 := 1-math.Pow(b1, n), 1-math.Pow(b2, n)
-	w := t.m.w
 	for _, s := range t.m.specs {
-		decay := 0.0
-		if s.decay {
-			decay = lr * oc.WeightDecay
-		}
-		for i := s.off; i < s.off+s.size; i++ {
-			g := float64(t.grad[i])
-			// float64(…) around each product forbids FMA contraction, so
-			// the bits do not depend on GOAMD64
-			mi := float64(b1*t.mom[i]) + float64((1-b1)*g)
-			vi := float64(b2*t.vel[i]) + float64(float64((1-b2)*g)*g)
-			t.mom[i], t.vel[i] = mi, vi
-			p := float64(w[i])
-			p -= float64(decay * p)
-			p -= float64(lr*(mi/bc1)) / (math.Sqrt(vi/bc2) + oc.Eps)
-			w[i] = float32(p)
-		}
+		lo, hi := s.off, s.off+s.size
+		t.oc.AdamW(t.step, lr, t.m.w[lo:hi], t.grad[lo:hi], t.mom[lo:hi], t.vel[lo:hi], s.decay)
 	}
 }
