@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model"
 )
 
 // nShards is the fixed number of shards work is split into. It never
@@ -235,7 +236,7 @@ func (m *Model) Logprobs(ctx context.Context, seqs [][]int32) ([][]float32, erro
 			lps := make([]float32, len(toks))
 			for t := 1; t < len(toks); t++ {
 				row := ws.logits[(t-1)*V : t*V]
-				lse, _ := logSumExp(row, ws.e)
+				lse, _ := model.LogSumExp(row, ws.e)
 				lps[t] = row[toks[t]] - lse
 			}
 			out[i] = lps

@@ -226,7 +226,7 @@ func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, 
 	for i, r := range ws.rows {
 		t := int(r) + 1
 		row := ws.logits[i*V : (i+1)*V]
-		lse, sum := logSumExp(row, ws.e)
+		lse, sum := model.LogSumExp(row, ws.e)
 		tok := s.Tokens[t]
 		loss, dlp, clipped, kl := model.TokenLoss(&lc, float64(row[tok]-lse), s, t)
 		st.loss += w * loss
