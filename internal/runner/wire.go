@@ -50,7 +50,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		}
 	}()
 	if cfg.Model.Path != "" {
-		return wireHF(ctx, cfg, dir, log, opts, p)
+		return wireHF(ctx, cfg, reg, log, opts, p)
 	}
 	var local *tembedded.Trainer
 	switch cfg.Trainer.Kind {
