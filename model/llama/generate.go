@@ -74,7 +74,6 @@ func (m *Model) Generate(ctx context.Context, reqs []model.SampleRequest) ([]mod
 	var errs [nShards]error
 	// with one request the other shard is idle: lend it to the head
 	m.decodeSplit = len(reqs) == 1
-	m.headT() // built here, before the shards share it
 	runShards(func(sh int) {
 		lo, hi := split[sh][0], split[sh][1]
 		if lo < hi {
@@ -196,7 +195,21 @@ func (m *Model) decodeStep(b *decodeBuf, seqs []*genSeq) {
 		m.mlp(lp, b.x, b.ln, b.gate, b.up, b.sig, b.act, B)
 	}
 	rmsnormForward(b.ln, b.rstd, b.x, m.p.norm, B, d, eps)
-	m.headLogits(b.lgt, b.ln, B, m.decodeSplit)
+	if B == 1 && m.decodeSplit {
+		// One sequence: the head (the largest product at a big vocabulary)
+		// is split by columns over two goroutines. Each logit is still one
+		// kern chain over d, so the bits do not change.
+		h := V / 2
+		done := make(chan struct{})
+		go func() {
+			kern.MatMulNT(b.lgt[h:V], b.ln, m.p.head[h*d:], 1, d, V-h, false)
+			close(done)
+		}()
+		kern.MatMulNT(b.lgt[:h], b.ln, m.p.head, 1, d, h, false)
+		<-done
+	} else {
+		kern.MatMulNT(b.lgt, b.ln, m.p.head, B, d, V, false)
+	}
 	for i, s := range seqs {
 		copy(s.logits, b.lgt[i*V:(i+1)*V])
 		s.pos++

@@ -35,8 +35,7 @@ type Model struct {
 	ws       [nShards]*workspace
 	srcDir   string // the HF directory it was loaded from, if any
 
-	decodeSplit bool        // Generate: split the head over two goroutines (one request)
-	dh          *decodeHead // Generate's transposed head; nil after the weights change
+	decodeSplit bool // Generate: split the head over two goroutines (one request)
 }
 
 // New returns a model initialised as transformers does from seed:
@@ -106,10 +105,8 @@ func (m *Model) Context() int { return m.ctx }
 func (m *Model) NumParams() int { return len(m.w) }
 
 // Tensor returns the named tensor's view into the slab (nil if absent),
-// for tests and tools. The caller may write through it, so Generate's
-// transposed head is rebuilt afterwards.
+// for tests and tools.
 func (m *Model) Tensor(name string) []float32 {
-	m.dropHead()
 	for _, s := range m.specs {
 		if s.name == name {
 			return m.w[s.off : s.off+s.size]
@@ -163,7 +160,6 @@ func (m *Model) CopyWeightsFrom(src *Model) error {
 		return fmt.Errorf("llama: copy weights: architectures differ")
 	}
 	copy(m.w, src.w)
-	m.dropHead()
 	return nil
 }
 

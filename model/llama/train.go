@@ -86,7 +86,6 @@ func (t *Trainer) Step(ctx context.Context, seqs []model.Sequence, lc model.Loss
 	}
 	lr := t.oc.LRAt(t.step)
 	t.adamw(lr)
-	t.m.dropHead()
 	t.step++
 	st.Step, st.GradNorm, st.LR = t.step, norm, lr
 	return st, nil
