@@ -405,26 +405,9 @@ func gradNorm(g []float32) float64 {
 // adamw applies one AdamW update with learning rate lr to the weights.
 // https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
 func (t *Trainer) adamw(lr float64) {
-	oc := t.oc
-	b1, b2 := oc.Beta1, oc.Beta2
-	n := float64(t.step + 1)
-	bc1, bc2 := 1-math.Pow(b1, n), 1-math.Pow(b2, n)
-	w := t.m.w
 	for _, s := range t.m.specs {
-		decay := 0.0
-		if s.decay {
-			decay = float64(lr * oc.WeightDecay)
-		}
-		for i := s.off; i < s.off+s.size; i++ {
-			g := float64(t.grad[i])
-			mi := float64(b1*t.mom[i]) + float64((1-b1)*g)
-			vi := float64(b2*t.vel[i]) + float64(float64((1-b2)*g)*g)
-			t.mom[i], t.vel[i] = mi, vi
-			p := float64(w[i])
-			p -= float64(decay * p)
-			p -= float64(lr*(mi/bc1)) / (math.Sqrt(vi/bc2) + oc.Eps)
-			w[i] = float32(p)
-		}
+		lo, hi := s.off, s.off+s.size
+		t.oc.AdamW(t.step, lr, t.m.w[lo:hi], t.grad[lo:hi], t.mom[lo:hi], t.vel[lo:hi], s.decay)
 	}
 }
 

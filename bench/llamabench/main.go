@@ -14,8 +14,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -60,6 +62,23 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 			size += n
 		}
 		read, readCPU := time.Since(t0), cpuTime()-c0
+		// The floor no loader goes under: the kernel handing out (and
+		// zeroing) F32-size fresh memory, on the same goroutines. The
+		// memory goes back to the OS and the peak RSS counter is reset
+		// (clear_refs 5) before LoadDir runs.
+		cb, err := os.ReadFile(filepath.Join(dir, "config.json"))
+		if err != nil {
+			return err
+		}
+		cfg, err := llama.ParseConfig(cb)
+		if err != nil {
+			return err
+		}
+		fault, faultCPU := faultIn(int(cfg.F32Bytes()))
+		debug.FreeOSMemory()
+		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+			return fmt.Errorf("resetting the peak RSS: %w", err)
+		}
 		c0 = cpuTime()
 		t0 = time.Now()
 		m, err := llama.LoadDir(dir)
@@ -76,6 +95,9 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 		out["read_cpu_s"], out["load_cpu_s"] = readCPU.Seconds(), loadCPU.Seconds()
 		out["f32_bytes"], out["peak_rss_bytes"], out["rss_bytes"] = f32, hwm, rss
 		out["peak_rss_over_f32"] = float64(hwm) / float64(f32)
+		out["fault_s"], out["fault_cpu_s"] = fault.Seconds(), faultCPU.Seconds()
+		out["load_over_read_plus_fault"] = loadT.Seconds() / (read.Seconds() + fault.Seconds())
+		out["load_cpu_over_read_plus_fault_cpu"] = loadCPU.Seconds() / (readCPU.Seconds() + faultCPU.Seconds())
 		return emit(out)
 	}
 	m, err := llama.LoadDir(dir)
@@ -135,6 +157,26 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 	}
 	out["peak_rss_bytes"] = procStatus("VmHWM")
 	return emit(out)
+}
+
+// faultIn times writing one byte per page of n fresh bytes on GOMAXPROCS
+// goroutines (each page faulted in and zeroed by the kernel).
+func faultIn(n int) (wall, cpu time.Duration) {
+	b := make([]byte, n)
+	nw := runtime.GOMAXPROCS(0)
+	c0, t0 := cpuTime(), time.Now()
+	var wg sync.WaitGroup
+	for w := range nw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w * n / nw; i < (w+1)*n/nw; i += 4096 {
+				b[i] = 1
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(t0), cpuTime() - c0
 }
 
 func cpuTime() time.Duration {

@@ -1,4 +1,5 @@
-// Package embedded is the in-process Generator over the embedded model.
+// Package embedded is the in-process Generator over the embedded models:
+// the built-in byte model (model) and the Llama/Qwen family (model/llama).
 package embedded
 
 import (
@@ -8,38 +9,55 @@ import (
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/model/llama"
 )
 
-// Generator samples from an embedded model. Weights are swapped whole by
+// Sampler is what a served model does: both embedded networks generate
+// model.SampleRequests.
+type Sampler interface {
+	Generate(ctx context.Context, reqs []model.SampleRequest) ([]model.SampleResult, error)
+	Logits(toks []int32) ([]float32, error)
+}
+
+// Served samples from an embedded model. Weights are swapped whole by
 // SetWeights between batches, so no request sees a half-updated model.
 // Generate calls are serialised: the model parallelises inside a batch, and
 // a gen.Batcher in front gathers concurrent rollouts into one batch.
-type Generator struct {
+type Served[M Sampler] struct {
 	mu      sync.Mutex // serialises Generate: the model's workspaces are not shared
 	wmu     sync.RWMutex
-	m       *model.Model
+	m       M
 	version int64
 }
+
+// Generator serves the built-in model; HFGenerator a Llama/Qwen model.
+type (
+	Generator   = Served[*model.Model]
+	HFGenerator = Served[*llama.Model]
+)
 
 // New returns a generator serving m as version.
 func New(m *model.Model, version int64) *Generator { return &Generator{m: m, version: version} }
 
+// NewHF returns a generator serving m as version.
+func NewHF(m *llama.Model, version int64) *HFGenerator { return &HFGenerator{m: m, version: version} }
+
 // SetWeights makes m (which the caller no longer mutates) the served model.
-func (g *Generator) SetWeights(m *model.Model, version int64) {
+func (g *Served[M]) SetWeights(m M, version int64) {
 	g.wmu.Lock()
 	g.m, g.version = m, version
 	g.wmu.Unlock()
 }
 
 // Model returns the served model and its version.
-func (g *Generator) Model() (*model.Model, int64) {
+func (g *Served[M]) Model() (M, int64) {
 	g.wmu.RLock()
 	defer g.wmu.RUnlock()
 	return g.m, g.version
 }
 
 // Generate implements gen.Generator.
-func (g *Generator) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+func (g *Served[M]) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m, version := g.Model()
@@ -63,7 +81,7 @@ func (g *Generator) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Res
 // position of toks, (len(toks), V) row-major, under the weights Generate
 // would use now: the server's top_logprobs and prompt_logprobs come from
 // it. It shares Generate's lock (the two use the same workspaces).
-func (g *Generator) Logits(ctx context.Context, toks []int32) ([]float32, error) {
+func (g *Served[M]) Logits(ctx context.Context, toks []int32) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("embedded generator: logits: %w", err)
 	}

@@ -73,7 +73,7 @@ type Model struct {
 	Positions string `yaml:"positions" enum:"rope|learned" doc:"position encoding"`
 	InitSeed  uint64 `yaml:"init_seed" doc:"weight-initialisation seed; 0 = derive from run.seed"`
 	Weights   string `yaml:"weights" doc:"safetensors file to start from; empty = initialise"`
-	Path      string `yaml:"path" doc:"a Hugging Face model directory (Llama/Qwen2/Qwen3: config.json, safetensors, tokenizer files) trained and sampled in process instead of the built-in model; the other model.* sizes are then ignored except model.context; tokenizer.path defaults to it; no warm start"`
+	Path      string `yaml:"path" doc:"a Hugging Face model directory (Llama/Qwen2/Qwen3: config.json, safetensors, tokenizer files) trained and sampled in process instead of the built-in model; the other model.* sizes are then ignored except model.context; tokenizer.path defaults to it; the warm start renders its demonstrations through the directory's chat template (ChatML templates: Qwen2/Qwen3; docs/hf-models.md, \"Learning\")"`
 }
 
 // GRPO configures groups, advantages and credit.

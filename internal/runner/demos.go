@@ -12,9 +12,9 @@ import (
 
 	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/env"
-	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -77,7 +77,7 @@ func ParseDemos(name string, r io.Reader) ([]Demo, error) {
 
 // fileDemos plays every demonstration of warmstart.data once and returns
 // n rows, cycling through the episodes' rows in file order.
-func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int) ([]train.Row, error) {
+func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch *demoChat) ([]train.Row, error) {
 	demos, err := ReadDemos(cfg.Warmstart.Data)
 	if err != nil {
 		return nil, err
@@ -97,17 +97,17 @@ func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int
 			d.Task.ID = fmt.Sprintf("demo-%d", d.line)
 		}
 		calls := d.Calls
-		script := &rollouttest.Func{Reply: func(gen.Request) (string, error) {
+		script := scripted(ch, func([]tokenizer.Message) (string, error) {
 			if len(calls) == 0 {
 				return "", rollout.Data("demo", fmt.Errorf("%s: the episode asks for more model calls than the %d given", where, len(d.Calls)))
 			}
 			c := calls[0]
 			calls = calls[1:]
 			return c, nil
-		}}
+		})
 		rec := &rollouttest.Recorder{}
 		id := runlog.RolloutID{Group: runlog.GroupID(i)}
-		spec := controller.RolloutSpec(&ccfg, reg, d.Task, id, 1, rng.Derive(seed, "env", uint64(i)), script, rec)
+		spec := ch.spec(controller.RolloutSpec(&ccfg, reg, d.Task, id, 1, rng.Derive(seed, "env", uint64(i)), script, rec), cfg)
 		res, err := rollout.Run(ctx, spec, nil)
 		if err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %s: %w", where, err)

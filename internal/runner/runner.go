@@ -319,18 +319,32 @@ func WarmStart(ctx context.Context, cfg *config.Config, reg *env.Registry, m *mo
 // WarmStartProgress is WarmStart telling progress (may be nil) after each
 // step.
 func WarmStartProgress(ctx context.Context, cfg *config.Config, reg *env.Registry, m *model.Model, log *slog.Logger, progress func(done, total int)) error {
+	return warmStart(ctx, cfg, reg, nil, log, progress, func(oc model.OptimConfig) (stepper, error) {
+		return model.NewTrainer(m, oc)
+	})
+}
+
+// stepper is a trainer the warm start drives (model's or model/llama's).
+type stepper interface {
+	Step(ctx context.Context, seqs []model.Sequence, lc model.LossConfig) (model.Stats, error)
+}
+
+// warmStart trains with the SFT loss on demonstrations rendered through ch
+// (nil: the byte template), on the trainer newTrainer makes.
+func warmStart(ctx context.Context, cfg *config.Config, reg *env.Registry, ch *demoChat, log *slog.Logger,
+	progress func(done, total int), newTrainer func(model.OptimConfig) (stepper, error)) error {
 	ws := cfg.Warmstart
 	if !ws.Enabled || ws.Steps == 0 {
 		return nil
 	}
 	t0 := time.Now()
-	rows, err := Demos(ctx, cfg, reg, ws.Steps*ws.BatchSize)
+	rows, err := demos(ctx, cfg, reg, ws.Steps*ws.BatchSize, ch)
 	if err != nil {
 		return err
 	}
 	oc := OptimConfig(cfg)
 	oc.LR, oc.MinLR, oc.Schedule, oc.WarmupSteps, oc.TotalSteps = ws.LR, ws.LR, "constant", min(10, ws.Steps), ws.Steps
-	t, err := model.NewTrainer(m, oc)
+	t, err := newTrainer(oc)
 	if err != nil {
 		return err
 	}

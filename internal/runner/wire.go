@@ -54,7 +54,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 	// the same directory), weights travel as HF exports, and the controller
 	// keeps only the tokenizer; that is the generic path below.
 	if cfg.Model.Path != "" && (cfg.Trainer.Kind != "remote" || cfg.Generator.Kind != "openai") {
-		return wireHF(ctx, cfg, dir, log, opts, p)
+		return wireHF(ctx, cfg, reg, log, opts, p)
 	}
 	var local *tembedded.Trainer
 	switch cfg.Trainer.Kind {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
 	"github.com/longhaul-rl/longhaul/internal/config"
@@ -27,9 +28,9 @@ func LoadHF(cfg *config.Config) (*llama.Model, error) {
 
 // wireHF is wire for model.path: the Llama/Qwen family of model/llama,
 // trained in process (HFTrainer) and sampled in process (HFGenerator, a
-// copy of the weights per version). There is no warm start: its
-// demonstrations are byte-tokenizer text.
-func wireHF(ctx context.Context, cfg *config.Config, _ string, _ *slog.Logger, opts Options, p *parts) (*parts, error) {
+// copy of the weights per version). The warm start renders its
+// demonstrations through the directory's chat template (warmhf.go).
+func wireHF(ctx context.Context, cfg *config.Config, reg *env.Registry, log *slog.Logger, opts Options, p *parts) (*parts, error) {
 	if cfg.Trainer.Kind != "embedded" || cfg.Generator.Kind != "embedded" {
 		return nil, fmt.Errorf("runner: model.path needs trainer.kind and generator.kind both embedded, or remote and openai (have %s, %s)", cfg.Trainer.Kind, cfg.Generator.Kind)
 	}
@@ -42,6 +43,9 @@ func wireHF(ctx context.Context, cfg *config.Config, _ string, _ *slog.Logger, o
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	p.tr = tr
+	p.warmStart = func(ctx context.Context) error {
+		return warmStartHF(ctx, cfg, reg, tr.Model(), log, opts.WarmStartProgress)
+	}
 	eg := gembedded.NewHF(m.Clone(), 0)
 	bctx, stop := context.WithCancel(ctx)
 	var inner gen.Generator = eg

@@ -44,6 +44,10 @@ type workspace struct {
 	dgate, dup, dact       []float32
 	grad                   []float32
 	g                      params
+	// training computes the head only on the rows that predict a trained
+	// token (rows); sel and dsel are those rows of lnf and of its gradient
+	rows      []int32
+	sel, dsel []float32 // (T, d)
 }
 
 func (m *Model) workspace(shard, n int, train bool) *workspace {
@@ -94,6 +98,7 @@ func newWorkspace(c Config, specs []tensorSpec, T int, train bool) *workspace {
 		ws.dhout, ws.dq, ws.dk, ws.dv, ws.dp = mk(T*q), mk(T*q), mk(T*kv), mk(T*kv), mk(attnBlock*T)
 		ws.dqn, ws.dkn, ws.dvr, ws.dqraw, ws.dkraw = mk(T*q), mk(T*kv), mk(T*kv), mk(T*q), mk(T*kv)
 		ws.dgate, ws.dup, ws.dact = mk(T*f), mk(T*f), mk(T*f)
+		ws.sel, ws.dsel, ws.rows = mk(T*d), mk(T*d), make([]int32, 0, T)
 		ws.grad = mk(numParams(specs))
 		ws.g = bind(ws.grad, c, specs)
 	}
@@ -128,9 +133,16 @@ func (m *Model) mlp(lp *layerParams, out, ln, gate, up, sig, act []float32, n in
 }
 
 // forward runs one whole sequence (positions 0..n−1) and leaves every
-// row's logits in ws.logits (only the last row's, in row 0, with lastOnly).
-// The keys and values stay in ws.layers[l].k/v for a KV cache to copy.
-func (m *Model) forward(ws *workspace, toks []int32, lastOnly bool) {
+// row's logits in ws.logits (only the last row's, in row 0, with lastOnly;
+// with rows non-nil, position rows[i]'s in row i). The keys and values stay
+// in ws.layers[l].k/v for a KV cache to copy.
+//
+// The head is most of a step's work with a large vocabulary (151,936 ×
+// d multiply-adds per row, three times in training), and a training row
+// whose next token is not trained has a zero gradient, so training passes
+// only the trained rows: every other number is the same as with all rows
+// (the rows left out only ever added exact zeros to a sum).
+func (m *Model) forward(ws *workspace, toks []int32, lastOnly bool, rows []int32) {
 	c := m.cfg
 	n, d, H, K, hd, T := len(toks), c.Dim, c.Heads, c.KVHeads, c.HeadDim, ws.T
 	half, rep, q, kvw := hd/2, c.Heads/c.KVHeads, H*hd, K*hd
@@ -183,11 +195,19 @@ func (m *Model) forward(ws *workspace, toks []int32, lastOnly bool) {
 		r0 = n - 1
 	}
 	rmsnormForward(ws.lnf, ws.rstdf, ws.xf[r0*d:], m.p.norm, n-r0, d, eps)
-	kern.MatMulNT(ws.logits, ws.lnf, m.p.head, n-r0, d, c.Vocab, false)
+	src, nr := ws.lnf, n-r0
+	if rows != nil {
+		for i, r := range rows {
+			copy(ws.sel[i*d:(i+1)*d], ws.lnf[int(r)*d:])
+		}
+		src, nr = ws.sel, len(rows)
+	}
+	kern.MatMulNT(ws.logits, src, m.p.head, nr, d, c.Vocab, false)
 }
 
-// backward back-propagates ws.dlogits (n, V) through the forward just run
-// on toks, accumulating parameter gradients into ws.grad.
+// backward back-propagates ws.dlogits (one row per ws.rows entry) through
+// the forward just run on toks with those rows, accumulating parameter
+// gradients into ws.grad.
 func (m *Model) backward(ws *workspace, toks []int32) {
 	c := m.cfg
 	n, d, H, K, hd, f, T, V := len(toks), c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.Hidden, ws.T, c.Vocab
@@ -195,8 +215,13 @@ func (m *Model) backward(ws *workspace, toks []int32) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	p, g := &m.p, &ws.g
 
-	kern.MatMul(ws.dln, ws.dlogits, p.head, n, V, d, false)
-	kern.MatMulTN(g.head, ws.dlogits, ws.lnf, V, n, d, true)
+	nr := len(ws.rows)
+	kern.MatMul(ws.dsel, ws.dlogits, p.head, nr, V, d, false)
+	kern.MatMulTN(g.head, ws.dlogits, ws.sel, V, nr, d, true)
+	clear(ws.dln[:n*d])
+	for i, r := range ws.rows {
+		copy(ws.dln[int(r)*d:(int(r)+1)*d], ws.dsel[i*d:])
+	}
 	clear(ws.dx[:n*d])
 	rmsnormBackward(ws.dx, g.norm, ws.dln, ws.xf, ws.rstdf, p.norm, n, d)
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/internal/rng"
@@ -23,7 +22,7 @@ type genSeq struct {
 	pending int32
 	logits  []float32
 	r       *rand.Rand
-	sc      sampler
+	sc      model.Sampler
 }
 
 // decodeBuf is one shard's buffers for a decode step of up to B rows.
@@ -98,7 +97,7 @@ func (m *Model) generateShard(ctx context.Context, sh int, seqs []*genSeq) error
 		}
 		p := s.req.Prompt
 		ws := m.workspace(sh, len(p), false)
-		m.forward(ws, p, true)
+		m.forward(ws, p, true, nil)
 		copy(s.logits, ws.logits[:c.Vocab])
 		s.k, s.v = make([][]float32, c.Layers), make([][]float32, c.Layers)
 		for l := range c.Layers {
@@ -125,7 +124,7 @@ func (m *Model) generateShard(ctx context.Context, sh int, seqs []*genSeq) error
 		}
 		next := active[:0:0]
 		for _, s := range active {
-			tok, lp := s.sample(c.Vocab)
+			tok, lp := s.sample()
 			s.res.Tokens = append(s.res.Tokens, tok)
 			s.res.Logprobs = append(s.res.Logprobs, lp)
 			switch {
@@ -218,111 +217,8 @@ func (m *Model) decodeStep(b *decodeBuf, seqs []*genSeq) {
 }
 
 // sample draws the next token and returns it with its logprob under the
-// raw (temperature 1, unfiltered) distribution.
-func (s *genSeq) sample(V int) (int32, float32) {
-	row := s.logits
-	if len(s.sc.e) < V {
-		s.sc.e = make([]float32, V)
-	}
-	lse, _ := logSumExp(row, s.sc.e)
-	var tok int32
-	if q := s.req; q.Temperature <= 0 {
-		tok = argmax(row)
-	} else {
-		tok = s.sc.draw(row, s.sc.e, q.Temperature, q.TopK, q.TopP, s.r)
-	}
-	return tok, row[tok] - lse
-}
-
-func argmax(row []float32) int32 {
-	best := 0
-	for j, v := range row {
-		if v > row[best] {
-			best = j
-		}
-	}
-	return int32(best)
-}
-
-// sampler is per-request scratch for filtered sampling.
-type sampler struct {
-	idx   []int32
-	w, lg []float32
-	e     []float32
-}
-
-func (sc *sampler) Len() int      { return len(sc.idx) }
-func (sc *sampler) Swap(i, j int) { sc.idx[i], sc.idx[j] = sc.idx[j], sc.idx[i] }
-
-// Less orders by logit, descending, then id: a total order.
-func (sc *sampler) Less(i, j int) bool {
-	a, b := sc.idx[i], sc.idx[j]
-	if sc.lg[a] != sc.lg[b] {
-		return sc.lg[a] > sc.lg[b]
-	}
-	return a < b
-}
-
-// draw samples from softmax(row/temp) restricted by top-k and top-p; e is
-// exp(row − max), the weights themselves at temperature 1.
-func (sc *sampler) draw(row, e []float32, temp float32, topK int, topP float32, r *rand.Rand) int32 {
-	V := len(row)
-	w := e[:V]
-	if temp != 1 {
-		if cap(sc.w) < V {
-			sc.w = make([]float32, V)
-		}
-		w = sc.w[:V]
-		mx := row[argmax(row)]
-		for j, v := range row {
-			w[j] = (v - mx) / temp
-		}
-		kern.ExpInPlace(w)
-	}
-	keepIdx := func(k int) int32 { return int32(k) }
-	keep := V
-	if (topK > 0 && topK < V) || (topP > 0 && topP < 1) {
-		if cap(sc.idx) < V {
-			sc.idx = make([]int32, V)
-		}
-		sc.idx = sc.idx[:V]
-		for j := range sc.idx {
-			sc.idx[j] = int32(j)
-		}
-		sc.lg = row
-		sort.Sort(sc)
-		sc.lg = nil
-		if topK > 0 && topK < V {
-			keep = topK
-		}
-		if topP > 0 && topP < 1 {
-			var tot float64
-			for _, j := range sc.idx[:keep] {
-				tot += float64(w[j])
-			}
-			var acc float64
-			for k, j := range sc.idx[:keep] {
-				acc += float64(w[j])
-				if acc >= float64(topP)*tot {
-					keep = k + 1
-					break
-				}
-			}
-		}
-		idx := sc.idx
-		keepIdx = func(k int) int32 { return idx[k] }
-	}
-	var tot float64
-	for k := range keep {
-		tot += float64(w[keepIdx(k)])
-	}
-	u := r.Float64() * tot
-	var acc float64
-	for k := range keep {
-		acc += float64(w[keepIdx(k)])
-		if u < acc {
-			return keepIdx(k)
-		}
-	}
-	return keepIdx(keep - 1)
+// raw (temperature 1, unfiltered) distribution: model's sampler.
+func (s *genSeq) sample() (int32, float32) {
+	q := s.req
+	return s.sc.Sample(s.logits, q.Temperature, q.TopK, q.TopP, s.r)
 }

@@ -13,8 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
-	"unsafe"
 )
 
 // Hugging Face model directories: config.json, then model.safetensors or
@@ -89,9 +87,9 @@ func LoadDir(dir string) (*Model, error) {
 		names = append(names, f)
 	}
 	sort.Strings(names)
-	buf := make([]byte, 8<<20)
+	bufs := new(readBufs)
 	for _, f := range names {
-		got, err := m.readShard(filepath.Join(dir, f), spec, seen, buf)
+		got, err := m.readShard(filepath.Join(dir, f), spec, seen, bufs)
 		if err != nil {
 			return nil, fmt.Errorf("llama: load %s: %w", filepath.Join(dir, f), err)
 		}
@@ -112,7 +110,7 @@ func LoadDir(dir string) (*Model, error) {
 
 // readShard reads one safetensors file into the slab and returns the
 // (sorted) tensor names it held.
-func (m *Model) readShard(path string, spec map[string]*tensorSpec, seen map[string]bool, buf []byte) ([]string, error) {
+func (m *Model) readShard(path string, spec map[string]*tensorSpec, seen map[string]bool, bufs *readBufs) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -140,6 +138,7 @@ func (m *Model) readShard(path string, spec map[string]*tensorSpec, seen map[str
 	}
 	base, dataLen := int64(8+n), st.Size()-int64(8+n)
 	var names []string
+	var jobs []readJob
 	for name, r := range raw {
 		if name == "__metadata__" {
 			continue
@@ -169,61 +168,15 @@ func (m *Model) readShard(path string, spec map[string]*tensorSpec, seen map[str
 		if b < 0 || e < b || e > dataLen || e-b != int64(es*s.size) {
 			return nil, fmt.Errorf("safetensors: tensor %q has bad data offsets [%d,%d) (%d bytes of data, %s×%d)", name, b, e, dataLen, t.DType, s.size)
 		}
-		if err := readTensor(f, base+b, t.DType, m.w[s.off:s.off+s.size], buf); err != nil {
-			return nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
-		}
+		jobs = append(jobs, readJob{name: name, off: base + b, dtype: t.DType, dst: m.w[s.off : s.off+s.size]})
 		seen[name] = true
 		names = append(names, name)
 	}
+	if err := readTensors(f, jobs, bufs); err != nil {
+		return nil, err
+	}
 	sort.Strings(names)
 	return names, nil
-}
-
-// readTensor converts a tensor's bytes at off into dst, in chunks through
-// buf split over two goroutines (each with half of buf). F32 is read
-// straight into the slab's memory: the formats are little-endian, as are
-// the machines Go builds this for (amd64, arm64).
-func readTensor(f *os.File, off int64, dtype string, dst []float32, buf []byte) error {
-	es := dtypeSize[dtype]
-	half := len(buf) / 2
-	per := half / es
-	var errs [2]error
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b := buf[w*half : (w+1)*half]
-			for i := w * per; i < len(dst); i += 2 * per {
-				out := dst[i:min(i+per, len(dst))]
-				if dtype == "F32" {
-					raw := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
-					if _, err := f.ReadAt(raw, off+int64(i*es)); err != nil {
-						errs[w] = err
-						return
-					}
-					continue
-				}
-				raw := b[:len(out)*es]
-				if _, err := f.ReadAt(raw, off+int64(i*es)); err != nil {
-					errs[w] = err
-					return
-				}
-				src := unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), len(out))
-				if dtype == "BF16" {
-					for j, v := range src {
-						out[j] = math.Float32frombits(uint32(v) << 16)
-					}
-				} else {
-					for j, v := range src {
-						out[j] = f16ToF32(v)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs[0], errs[1])
 }
 
 // f16ToF32 widens an IEEE half (exact).

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model"
 )
 
 // nShards is the fixed number of shards work is split into. It never
@@ -230,12 +231,12 @@ func (m *Model) Logprobs(ctx context.Context, seqs [][]int32) ([][]float32, erro
 			}
 			toks := seqs[i]
 			ws := m.workspace(s, len(toks), false)
-			m.forward(ws, toks, false)
+			m.forward(ws, toks, false, nil)
 			V := m.cfg.Vocab
 			lps := make([]float32, len(toks))
 			for t := 1; t < len(toks); t++ {
 				row := ws.logits[(t-1)*V : t*V]
-				lse, _ := logSumExp(row, ws.e)
+				lse, _ := model.LogSumExp(row, ws.e)
 				lps[t] = row[toks[t]] - lse
 			}
 			out[i] = lps
@@ -256,6 +257,6 @@ func (m *Model) Logits(toks []int32) ([]float32, error) {
 		return nil, err
 	}
 	ws := m.workspace(0, len(toks), false)
-	m.forward(ws, toks, false)
+	m.forward(ws, toks, false, nil)
 	return append([]float32(nil), ws.logits[:len(toks)*m.cfg.Vocab]...), nil
 }

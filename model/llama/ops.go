@@ -4,14 +4,15 @@ import (
 	"math"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/model"
 )
 
 // Layer functions over flat row-major []float32 with explicit dims. Scalar
 // code writes float32(a*b) where a product feeds a sum so no compiler may
 // fuse it into an FMA: the bits do not depend on GOAMD64. Reductions use 8
 // interleaved lanes and a fixed tree, an order that depends only on the
-// length. (model/ has SIMD forms of these; they are unexported there, and
-// model/ is being rewritten, so this package keeps its own portable ones.)
+// length; the plain sums and dots are model's (model.SumLanes,
+// model.DotLanes: SIMD where the build has it, the same bits either way).
 
 // attnBlock is the query-row block of causal attention: rows [r0, r1)
 // attend to keys [0, p0+r1). A row's masked tail is an exact zero, so its
@@ -20,23 +21,6 @@ const attnBlock = 32
 
 func reduce8(s *[8]float32) float32 {
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
-}
-
-func sumLanes(x []float32) float32 {
-	var s [8]float32
-	for i, v := range x {
-		s[i&7] += v
-	}
-	return reduce8(&s)
-}
-
-func dotLanes(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s [8]float32
-	for i, v := range a {
-		s[i&7] += float32(v * b[i])
-	}
-	return reduce8(&s)
 }
 
 func dot3Lanes(a, b, c []float32) float32 {
@@ -82,7 +66,7 @@ func rmsnormForward(out, rstd, x, g []float32, n, d int, eps float32) {
 	g = g[:d]
 	for r := range n {
 		xr, or := x[r*d:(r+1)*d], out[r*d:(r+1)*d]
-		s := float32(1 / math.Sqrt(float64(dotLanes(xr, xr)/float32(d)+eps)))
+		s := float32(1 / math.Sqrt(float64(model.DotLanes(xr, xr)/float32(d)+eps)))
 		rstd[r] = s
 		for i, v := range xr {
 			or[i] = g[i] * float32(v*s)
@@ -157,7 +141,7 @@ func attnBackward(dq, dk, dv, dp, dout, probs, q, k, v []float32, n, hd int, sca
 			valid := r0 + i + 1
 			pr := p[i*nk : i*nk+valid]
 			dr := ds[i*nk : (i+1)*nk]
-			dot := dotLanes(pr, dr)
+			dot := model.DotLanes(pr, dr)
 			for j, pj := range pr {
 				dr[j] = float32(pj*(dr[j]-dot)) * scale
 			}
@@ -195,21 +179,4 @@ func swigluBackward(dgate, dup, dact, gate, up, sig []float32) {
 		dsilu := s * (1 + float32(g*(1-s)))
 		dgate[i] = float32(dact[i]*up[i]) * dsilu
 	}
-}
-
-// logSumExp of one logits row: max + log Σ exp(x − max); e receives
-// exp(x − max) and sum is Σ e. Sampler and trainer both take logprobs
-// (x − lse) from this one function.
-func logSumExp(row, e []float32) (lse, sum float32) {
-	mx := float32(math.Inf(-1))
-	for _, v := range row {
-		mx = max(mx, v)
-	}
-	e = e[:len(row)]
-	for j, v := range row {
-		e[j] = v - mx
-	}
-	kern.ExpInPlace(e)
-	sum = sumLanes(e)
-	return mx + float32(math.Log(float64(sum))), sum
 }

@@ -148,7 +148,13 @@ func (m *Model) gradient(ctx context.Context, seqs []model.Sequence, lc model.Lo
 			if weight[i] == 0 {
 				continue
 			}
-			m.forward(ws, seqs[i].Tokens, false)
+			ws.rows = ws.rows[:0]
+			for t, k := range seqs[i].Mask[1:] {
+				if k != 0 {
+					ws.rows = append(ws.rows, int32(t))
+				}
+			}
+			m.forward(ws, seqs[i].Tokens, false, ws.rows)
 			m.lossGrad(ws, &seqs[i], lc, weight[i], &st[s])
 			if grad != nil {
 				m.backward(ws, seqs[i].Tokens)
@@ -212,16 +218,15 @@ func (m *Model) checkSeq(s *model.Sequence, lc model.LossConfig) (int, error) {
 }
 
 // lossGrad adds one forwarded sequence's loss to st and writes dlogits:
-// row t−1 gets w·dlp·(onehot(tok_t) − softmax(row)).
+// the row of position t−1 (row i for ws.rows[i] = t−1) gets
+// w·dlp·(onehot(tok_t) − softmax(row)).
 func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, w float64, st *shardStats) {
-	V, n := m.cfg.Vocab, len(s.Tokens)
-	clear(ws.dlogits[:n*V])
-	for t := 1; t < n; t++ {
-		if s.Mask[t] == 0 {
-			continue
-		}
-		row := ws.logits[(t-1)*V : t*V]
-		lse, sum := logSumExp(row, ws.e)
+	V := m.cfg.Vocab
+	clear(ws.dlogits[:len(ws.rows)*V])
+	for i, r := range ws.rows {
+		t := int(r) + 1
+		row := ws.logits[i*V : (i+1)*V]
+		lse, sum := model.LogSumExp(row, ws.e)
 		tok := s.Tokens[t]
 		loss, dlp, clipped, kl := model.TokenLoss(&lc, float64(row[tok]-lse), s, t)
 		st.loss += w * loss
@@ -233,7 +238,7 @@ func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, 
 		if g == 0 {
 			continue
 		}
-		drow := ws.dlogits[(t-1)*V : t*V]
+		drow := ws.dlogits[i*V : (i+1)*V]
 		ng := -g / sum
 		for j, e := range ws.e[:V] {
 			drow[j] = ng * e
@@ -245,27 +250,8 @@ func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, 
 // adamw is one AdamW update (torch semantics, decoupled decay on matrices
 // and embeddings only), in float64 moments.
 func (t *Trainer) adamw(lr float64) {
-	oc := t.oc
-	b1, b2 := oc.Beta1, oc.Beta2
-	n := float64(t.step + 1)
-	bc1, bc2 := 1-math.Pow(b1, n), 1-math.Pow(b2, n)
-	w := t.m.w
 	for _, s := range t.m.specs {
-		decay := 0.0
-		if s.decay {
-			decay = lr * oc.WeightDecay
-		}
-		for i := s.off; i < s.off+s.size; i++ {
-			g := float64(t.grad[i])
-			// float64(…) around each product forbids FMA contraction, so
-			// the bits do not depend on GOAMD64
-			mi := float64(b1*t.mom[i]) + float64((1-b1)*g)
-			vi := float64(b2*t.vel[i]) + float64(float64((1-b2)*g)*g)
-			t.mom[i], t.vel[i] = mi, vi
-			p := float64(w[i])
-			p -= float64(decay * p)
-			p -= float64(lr*(mi/bc1)) / (math.Sqrt(vi/bc2) + oc.Eps)
-			w[i] = float32(p)
-		}
+		lo, hi := s.off, s.off+s.size
+		t.oc.AdamW(t.step, lr, t.m.w[lo:hi], t.grad[lo:hi], t.mom[lo:hi], t.vel[lo:hi], s.decay)
 	}
 }

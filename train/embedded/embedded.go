@@ -2,12 +2,8 @@
 package embedded
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/longhaul-rl/longhaul/model"
@@ -78,10 +74,6 @@ func (t *Trainer) State(context.Context) (train.State, error) {
 	return train.State{Step: t.version, Version: t.version}, nil
 }
 
-type meta struct {
-	Version int64 `json:"version"`
-}
-
 // SaveCheckpoint implements train.Trainer: weights (safetensors + config.json),
 // optimizer state and the version, written plainly: the checkpoint writer
 // (internal/ckpt) fsyncs the directory's files and publishes it by rename.
@@ -89,20 +81,7 @@ func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 	if err := t.t.Model().WriteFiles(filepath.Join(dir, WeightsFile)); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(dir, StateFile))
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	if err := t.t.SaveState(w); err != nil {
-		f.Close()
-		return err
-	}
-	if err := errors.Join(w.Flush(), f.Close()); err != nil {
-		return err
-	}
-	b, _ := json.Marshal(meta{Version: t.version})
-	return os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644)
+	return writeState(dir, t.version, t.t.SaveState)
 }
 
 // LoadCheckpoint implements train.Trainer.
@@ -115,23 +94,11 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(filepath.Join(dir, StateFile))
+	v, err := readState(dir, nt.LoadState)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	if err := nt.LoadState(bufio.NewReader(f)); err != nil {
-		return fmt.Errorf("embedded trainer: %s: %w", dir, err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, MetaFile))
-	if err != nil {
-		return err
-	}
-	var md meta
-	if err := json.Unmarshal(b, &md); err != nil {
-		return fmt.Errorf("embedded trainer: %s: %w", MetaFile, err)
-	}
-	t.t, t.version = nt, md.Version
+	t.t, t.version = nt, v
 	return nil
 }
 

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package llama
+
+// populate is a no-op off Linux: pages fault in as they are written.
+func populate([]byte) {}
