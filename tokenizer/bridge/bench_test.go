@@ -11,39 +11,47 @@ import (
 )
 
 // BenchmarkBridgeTurn measures one Next (render with and without the new
-// messages, encode, diff) on a Qwen3 conversation of about 2k, 8k and 32k
-// tokens, so the growth with history length shows in one run.
+// messages, encode, diff) on a Qwen3 conversation of about 4k, 16k and 32k
+// tokens, so the growth with history length shows in one run: path=fast
+// reuses the previous turn's template values and encoding, path=ids reuses
+// only the encoding (the path before values were kept), path=full converts
+// and encodes the whole conversation twice, for ratios measured in the
+// same run.
 func BenchmarkBridgeTurn(b *testing.B) {
 	c := loadChatB(b, "qwen3")
 	opt := tokenizer.RenderOptions{Tools: tools, Kwargs: map[string]any{"enable_thinking": true}}
-	for _, target := range []int{2000, 8000, 32000} {
-		b.Run(fmt.Sprintf("tokens=%d", target), func(b *testing.B) {
-			msgs := []tokenizer.Message{{Role: "system", Content: "You keep a ledger."}, {Role: "user", Content: "Start."}}
-			br, err := New(context.Background(), c, Append, opt, msgs)
-			if err != nil {
-				b.Fatal(err)
-			}
-			filler := strings.Repeat("The ledger balance is carried forward; 帳簿 ✓. ", 8)
-			for i := 0; len(br.Prompt()) < target; i++ {
-				msg, next := assistantTurn(i, false)
-				msg.Content = filler
-				sampled := c.Tokenizer().Encode(msg.Content + "<|im_end|>")
-				if _, err := br.Next(context.Background(), sampled, msg, next); err != nil {
+	for _, target := range []int{4000, 16000, 32000} {
+		for _, path := range []string{"fast", "ids", "full"} {
+			b.Run(fmt.Sprintf("tokens=%d/path=%s", target, path), func(b *testing.B) {
+				msgs := []tokenizer.Message{{Role: "system", Content: "You keep a ledger."}, {Role: "user", Content: "Start."}}
+				br, err := New(context.Background(), c, Append, opt, msgs)
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			msg, next := assistantTurn(1, false)
-			sampled := c.Tokenizer().Encode("<tool_call>\n{}\n</tool_call><|im_end|>")
-			saved := *br
-			b.ResetTimer()
-			for b.Loop() {
-				cp := saved
-				cp.msgs, cp.record = slices.Clip(saved.msgs), slices.Clip(saved.record)
-				if _, err := cp.Next(context.Background(), sampled, msg, next); err != nil {
-					b.Fatal(err)
+				filler := strings.Repeat("The ledger balance is carried forward; 帳簿 ✓. ", 8)
+				for i := 0; len(br.Prompt()) < target; i++ {
+					msg, next := assistantTurn(i, false)
+					msg.Content = filler
+					sampled := c.Tokenizer().Encode(msg.Content + "<|im_end|>")
+					if _, err := br.Next(context.Background(), sampled, msg, next); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.ReportMetric(float64(len(br.Prompt())), "history_tokens")
-		})
+				msg, next := assistantTurn(1, false)
+				sampled := c.Tokenizer().Encode("<tool_call>\n{}\n</tool_call><|im_end|>")
+				saved := *br
+				saved.full, saved.idsOnly = path == "full", path == "ids"
+				b.ResetTimer()
+				for b.Loop() {
+					cp := saved
+					cp.msgs, cp.record = slices.Clip(saved.msgs), slices.Clip(saved.record)
+					if _, err := cp.Next(context.Background(), sampled, msg, next); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(len(br.Prompt())), "history_tokens")
+				b.ReportMetric(float64(len(br.Messages())), "history_msgs")
+			})
+		}
 	}
 }

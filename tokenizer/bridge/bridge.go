@@ -61,11 +61,21 @@ type Bridge struct {
 	// last is the latest full render's encoding, reused by an
 	// IncrementalChat so a turn re-encodes only the changed tail.
 	last *tokenizer.Encoding
+	// full disables reuse: every render converts and encodes the whole
+	// conversation (the reference path the fast one is tested and
+	// benchmarked against); idsOnly reuses ids but not template values
+	// (the path before values were kept, for the benchmark's ratio).
+	full, idsOnly bool
 }
 
 // render renders msgs, reusing prev when the chat is incremental.
 func (b *Bridge) render(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) ([]int32, *tokenizer.Encoding, error) {
-	if ic, ok := b.chat.(tokenizer.IncrementalChat); ok {
+	if ic, ok := b.chat.(tokenizer.IncrementalChat); ok && !b.full {
+		if b.idsOnly && prev != nil {
+			p := *prev
+			p.State = nil
+			prev = &p
+		}
 		e, err := ic.RenderEncoding(ctx, msgs, opt, prev)
 		if err != nil {
 			return nil, nil, err

@@ -225,9 +225,7 @@ func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer
 	e := &tokenizer.Encoding{Text: text}
 	start := 0
 	if prev != nil {
-		l := 0
-		for n := min(len(prev.Text), len(text)); l < n && prev.Text[l] == text[l]; l++ {
-		}
+		l := commonPrefix(prev.Text, text)
 		// Cuts are ascending: find the last with Text+maxAdded <= l.
 		k := sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].Text+t.maxAdded+utf8.UTFMax > l }) - 1
 		if k >= 0 {
@@ -239,6 +237,23 @@ func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer
 	}
 	e.IDs = t.encode(e.IDs, text[start:], start, &e.Cuts)
 	return e
+}
+
+// commonPrefix is the length of the longest common prefix of a and b,
+// compared a block at a time (string equality is a vectorized memcmp):
+// a long shared history costs microseconds, not a byte loop.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	l := 0
+	for blk := 4096; blk >= 64; blk /= 8 {
+		for l+blk <= n && a[l:l+blk] == b[l:l+blk] {
+			l += blk
+		}
+	}
+	for l < n && a[l] == b[l] {
+		l++
+	}
+	return l
 }
 
 func sortSearch(n int, f func(int) bool) int {
