@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -49,8 +50,12 @@ var _ tokenizer.TextTemplate = (*Template)(nil)
 
 // Compile compiles a chat template; name (e.g. the config file) is used in
 // errors.
+//
+// Errors name the template's line: a syntax error (the engine's line) and
+// a raise_exception while rendering (see lines.go).
 func Compile(name, src, bos, eos string) (*Template, error) {
-	t, err := jinja.Compile(src)
+	code, _ := withRaiseLines(src)
+	t, err := jinja.Compile(code)
 	if err != nil {
 		return nil, fmt.Errorf("chat: %s: chat_template: %w", name, err)
 	}
@@ -123,6 +128,7 @@ func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions,
 		data["tools"] = jinja.NewList(cur.tools)
 	}
 	data["add_generation_prompt"] = jinja.NewBool(opt.AddGenerationPrompt)
+	data[raiseFn] = raiseAt
 	if t.BOS != "" {
 		data["bos_token"] = jinja.NewString(t.BOS)
 	}
@@ -131,6 +137,9 @@ func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions,
 	}
 	out, err := t.t.RenderValues(data)
 	if err != nil {
+		if _, ok := errors.AsType[*LineError](err); ok {
+			return "", nil, fmt.Errorf("chat: %s: chat_template %w", t.name, err)
+		}
 		return "", nil, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 	}
 	return lsRestore.Replace(out), cur, nil
