@@ -8,20 +8,23 @@ import (
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/chat"
 )
 
 // BenchmarkBridgeTurn measures one Next (render with and without the new
 // messages, encode, diff) on a Qwen3 conversation of about 4k, 16k and 32k
 // tokens, so the growth with history length shows in one run: path=fast
-// reuses the previous turn's template values and encoding, path=ids reuses
-// only the encoding (the path before values were kept), path=full converts
-// and encodes the whole conversation twice, for ratios measured in the
-// same run.
+// renders Qwen3's template in Go, re-rendering only messages whose inputs
+// changed, and re-encodes from the last safe point; path=engine renders
+// with the Jinja engine reusing the messages' template values and the
+// encoding; path=ids reuses only the encoding (main's path before this
+// work); path=full renders and encodes the whole conversation twice. All
+// four in one run, for ratios.
 func BenchmarkBridgeTurn(b *testing.B) {
 	c := loadChatB(b, "qwen3")
 	opt := tokenizer.RenderOptions{Tools: tools, Kwargs: map[string]any{"enable_thinking": true}}
 	for _, target := range []int{4000, 16000, 32000} {
-		for _, path := range []string{"fast", "ids", "full"} {
+		for _, path := range []string{"fast", "engine", "ids", "full"} {
 			b.Run(fmt.Sprintf("tokens=%d/path=%s", target, path), func(b *testing.B) {
 				msgs := []tokenizer.Message{{Role: "system", Content: "You keep a ledger."}, {Role: "user", Content: "Start."}}
 				br, err := New(context.Background(), c, Append, opt, msgs)
@@ -41,6 +44,9 @@ func BenchmarkBridgeTurn(b *testing.B) {
 				sampled := c.Tokenizer().Encode("<tool_call>\n{}\n</tool_call><|im_end|>")
 				saved := *br
 				saved.full, saved.idsOnly = path == "full", path == "ids"
+				if path != "fast" {
+					saved.chat = chat.Chat{Template: c.Template.(*chat.Template).EngineOnly(), Tok: c.Tok}
+				}
 				b.ResetTimer()
 				for b.Loop() {
 					cp := saved

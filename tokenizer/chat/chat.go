@@ -44,6 +44,18 @@ type Template struct {
 	// reusable: the template calls no method that mutates a list or dict
 	// (see mutating), so message values can be kept between renders.
 	reusable bool
+	// qwen3: the source is Qwen3's template, rendered in Go (qwen3.go)
+	// unless engineOnly.
+	qwen3, engineOnly bool
+}
+
+// EngineOnly returns a copy of t that always renders with the Jinja
+// engine, never a Go rendering of a known template: the reference the
+// fast paths are tested and benchmarked against.
+func (t *Template) EngineOnly() *Template {
+	c := *t
+	c.engineOnly = true
+	return &c
 }
 
 var _ tokenizer.TextTemplate = (*Template)(nil)
@@ -62,7 +74,7 @@ func Compile(name, src, bos, eos string) (*Template, error) {
 	reusable := !mutating.MatchString(src)
 	null := strings.Contains(src, "['content'] is none") || strings.Contains(src, "content is none")
 	str := strings.Contains(src, "arguments") && !strings.Contains(src, "arguments | tojson") && !strings.Contains(src, "arguments|tojson")
-	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable}, nil
+	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable, qwen3: isQwen3(src)}, nil
 }
 
 // Render renders msgs. A raise_exception in the template comes back as an
@@ -81,6 +93,7 @@ type values struct {
 	vals     []jinja.Value
 	toolsRaw []json.RawMessage
 	tools    []jinja.Value
+	qwen     *qwenState // the Go rendering's state (qwen3.go)
 }
 
 // render renders msgs reusing prev's values for the messages it shares
@@ -88,6 +101,17 @@ type values struct {
 func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values) (string, *values, error) {
 	if !t.reusable {
 		prev = nil
+	}
+	if t.qwen3 && !t.engineOnly && qwen3Applies(msgs, opt) {
+		var pq *qwenState
+		if prev != nil {
+			pq = prev.qwen
+		}
+		s, q, err := t.renderQwen3(msgs, opt, pq)
+		if err != nil {
+			return "", nil, err
+		}
+		return s, &values{qwen: q}, nil
 	}
 	data := make(map[string]jinja.Value, 8+len(opt.Kwargs))
 	for k, v := range opt.Kwargs {
