@@ -169,6 +169,56 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 	return t, nil
 }
 
+// Add appends messages that follow the current prompt without an
+// assistant reply (a compaction's summary request after the pending
+// observations): the prompt's trailing generation prompt is replaced by
+// the rendered new messages and a new generation prompt. Divergence from
+// the fresh render is handled as in Next.
+func (b *Bridge) Add(ctx context.Context, next []tokenizer.Message) (Turn, error) {
+	closed := b.opt
+	closed.AddGenerationPrompt = false
+	h, hEnc, err := b.render(ctx, b.msgs, closed, b.last)
+	if err != nil {
+		return Turn{}, fmt.Errorf("bridge: render without the generation prompt: %w", err)
+	}
+	g, _, err := b.render(ctx, b.msgs, b.opt, hEnc)
+	if err != nil {
+		return Turn{}, fmt.Errorf("bridge: render with the generation prompt: %w", err)
+	}
+	all := append(slices.Clone(b.msgs), next...)
+	f, fEnc, err := b.render(ctx, all, b.opt, hEnc)
+	if err != nil {
+		return Turn{}, fmt.Errorf("bridge: render with new messages: %w", err)
+	}
+	var t Turn
+	gen := g[min(len(g), len(h)):]
+	// As in Next: the new messages begin after the history's render in f,
+	// found by suffix when the template changed the history (Qwen3 drops
+	// earlier <think> blocks once a new user message follows them).
+	start, ok := newStart(h, f, b.stops)
+	switch {
+	case ok && hasPrefix(g, h) && hasSuffix(b.record, gen):
+		appended := append(slices.Clone(b.record[:len(b.record)-len(gen)]), f[start:]...)
+		t.Prompt = appended
+		if !slices.Equal(appended, f) {
+			d := diff(appended, f)
+			t.Diverged = &d
+			if b.mode == Rerender {
+				t.Prompt, t.Boundary = f, &d
+			}
+		}
+	case b.mode == Rerender:
+		d := diff(b.record, f)
+		t.Prompt, t.Diverged, t.Boundary = f, &d, &d
+	default:
+		return Turn{}, fmt.Errorf("bridge: the template does not render the new messages after the history's generation prompt; set tokenizer.history: rerender")
+	}
+	b.msgs, b.record, b.last = all, t.Prompt, fEnc
+	return t, nil
+}
+
+func hasSuffix(s, p []int32) bool { return len(s) >= len(p) && slices.Equal(s[len(s)-len(p):], p) }
+
 func lastStop(toks, stops []int32) int {
 	for i := len(toks) - 1; i >= 0; i-- {
 		if slices.Contains(stops, toks[i]) {

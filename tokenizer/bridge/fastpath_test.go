@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/tokenizer"
@@ -159,4 +160,67 @@ func genTurn(r *rand.Rand, pick func() string, toolsOK bool, i int) (tokenizer.M
 		return m, []tokenizer.Message{{Role: "tool", ToolCallID: fmt.Sprintf("c%d", i), Name: "ledger_add", Content: pick()}}
 	}
 	return m, []tokenizer.Message{{Role: "user", Content: pick()}}
+}
+
+// TestAdd: messages added after the prompt's generation prompt (a
+// summary request) extend the record exactly like the full render on
+// prefix-stable templates, differ only by kept <think> blocks in Qwen3's
+// append mode, switch to the full render with a boundary in rerender mode,
+// and the fast path equals the engine-only full path.
+func TestAdd(t *testing.T) {
+	for _, s := range []struct {
+		model  string
+		kwargs map[string]any
+		stable bool
+	}{{"qwen3", map[string]any{"enable_thinking": true}, false}, {"qwen3", map[string]any{"enable_thinking": false}, false}, {"llama3_1", nil, true}, {"deepseek_v3", nil, true}} {
+		for _, mode := range []History{Append, Rerender} {
+			t.Run(fmt.Sprintf("%s/%v/%s", s.model, s.kwargs["enable_thinking"], mode), func(t *testing.T) {
+				c := loadChat(t, s.model)
+				ref := chat.Chat{Template: c.Template.(*chat.Template).EngineOnly(), Tok: c.Tok}
+				opt := tokenizer.RenderOptions{Kwargs: s.kwargs}
+				msgs := []tokenizer.Message{{Role: "system", Content: "You keep a ledger."}, {Role: "user", Content: "Start."}}
+				fast, _ := New(context.Background(), c, mode, opt, msgs)
+				full, _ := New(context.Background(), ref, mode, opt, msgs)
+				full.full = true
+				for i := 0; i < 3; i++ {
+					msg, next := assistantTurn(i, true)
+					if s.kwargs["enable_thinking"] == false {
+						msg.ReasoningContent = ""
+					}
+					sampled := sample(t, c, opt, fast.Messages(), msg)
+					if _, err := fast.Next(context.Background(), sampled, msg, next); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := full.Next(context.Background(), sampled, msg, next); err != nil {
+						t.Fatal(err)
+					}
+				}
+				add := []tokenizer.Message{{Role: "user", Content: "Summarize the ledger so far."}}
+				a, errA := fast.Add(context.Background(), add)
+				b, errB := full.Add(context.Background(), add)
+				if errA != nil || errB != nil {
+					t.Fatal(errA, errB)
+				}
+				if !reflect.DeepEqual(a, b) {
+					t.Fatalf("fast path differs from the full render:\n%+v\n%+v", a, b)
+				}
+				o := opt
+				o.AddGenerationPrompt = true
+				want, err := ref.RenderTokens(context.Background(), fast.Messages(), o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.stable || mode == Rerender {
+					if !slices.Equal(a.Prompt, want) {
+						t.Fatalf("prompt differs from the full render:\n%q\n%q", c.Tok.Decode(a.Prompt), c.Tok.Decode(want))
+					}
+				} else if got, w := thinkBlock.ReplaceAllString(c.Tok.Decode(a.Prompt), ""), thinkBlock.ReplaceAllString(c.Tok.Decode(want), ""); got != w {
+					t.Fatalf("append prompt differs beyond <think> blocks:\n%q\n%q", got, w)
+				}
+				if !strings.HasSuffix(c.Tok.Decode(a.Prompt), c.Tok.Decode(want[len(want)-8:])) {
+					t.Fatalf("prompt does not end like the render")
+				}
+			})
+		}
+	}
 }
