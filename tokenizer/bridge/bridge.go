@@ -43,7 +43,8 @@ func ParseHistory(s string) (History, error) {
 }
 
 // Diff is a single-hunk token diff: old[:Prefix] + Removed + old[Prefix+len(Removed):]
-// becomes old[:Prefix] + Inserted + (same tail).
+// becomes old[:Prefix] + Inserted + (same tail). Removed and Inserted are
+// read-only: they share memory with the prompts.
 type Diff struct {
 	Prefix   int     `json:"prefix"`
 	Removed  []int32 `json:"removed"`
@@ -120,14 +121,15 @@ type Turn struct {
 // message the template would render for it) and the new messages (tool
 // results, the next user message), and returns the next prompt.
 func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Message, next []tokenizer.Message) (Turn, error) {
-	hist := append(slices.Clone(b.msgs), msg)
+	// one allocation for both message lists: hist is all's prefix
+	all := append(append(append(make([]tokenizer.Message, 0, len(b.msgs)+1+len(next)), b.msgs...), msg), next...)
+	hist := all[: len(b.msgs)+1 : len(b.msgs)+1]
 	closed := b.opt
 	closed.AddGenerationPrompt = false
 	h, hEnc, err := b.render(ctx, hist, closed, b.last)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render without new messages: %w", err)
 	}
-	all := append(slices.Clone(hist), next...)
 	f, fEnc, err := b.render(ctx, all, b.opt, hEnc)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render with new messages: %w", err)
@@ -277,12 +279,16 @@ func lcp(a, b []int32) int {
 }
 
 // diff is the minimal single-hunk diff from a to b (common prefix and
-// common suffix kept).
+// common suffix kept). Removed and Inserted share memory with a and b
+// (capped: appending to them copies): token slices the bridge hands out
+// are never modified, and a divergence that spans the history (Qwen3's
+// dropped <think> blocks, in append mode, on every later turn) costs no
+// copy.
 func diff(a, b []int32) Diff {
 	p := lcp(a, b)
 	s := 0
 	for s < len(a)-p && s < len(b)-p && a[len(a)-1-s] == b[len(b)-1-s] {
 		s++
 	}
-	return Diff{Prefix: p, Removed: slices.Clone(a[p : len(a)-s]), Inserted: slices.Clone(b[p : len(b)-s])}
+	return Diff{Prefix: p, Removed: a[p : len(a)-s : len(a)-s], Inserted: b[p : len(b)-s : len(b)-s]}
 }

@@ -68,7 +68,7 @@ type qwenState struct {
 	toolsRaw [][]byte
 	system   *tokenizer.Message
 	header   string
-	chunks   []qwenChunk
+	chunks   []*qwenChunk // shared between states: never modified
 }
 
 // qwen3Applies: the native path renders exactly what the template does
@@ -98,7 +98,7 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 			break
 		}
 	}
-	st.chunks = make([]qwenChunk, len(msgs))
+	st.chunks = make([]*qwenChunk, len(msgs))
 	size := 0
 	for i, m := range msgs {
 		var f uint8
@@ -124,7 +124,7 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 			if err != nil {
 				return "", nil, err
 			}
-			st.chunks[i] = qwenChunk{msg: m, facts: f, text: text}
+			st.chunks[i] = &qwenChunk{msg: m, facts: f, text: text}
 		}
 		size += len(st.chunks[i].text)
 	}
