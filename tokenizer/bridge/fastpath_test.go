@@ -32,7 +32,7 @@ func TestFastPathEqualsFullRender(t *testing.T) {
 		model  string
 		kwargs map[string]any
 	}
-	convs, turns := 6, 6
+	convs, turns := 4, 5
 	if tokref.Full() {
 		convs, turns = 16, 10
 	}
