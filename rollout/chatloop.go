@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -39,11 +40,6 @@ func (l *loop) initBridged() error {
 	switch l.s.Chat.(type) {
 	case nil, bytetok.Chat, *bytetok.Chat:
 		return nil
-	}
-	if l.thresh > 0 || l.s.Policy != nil {
-		// Compaction policies carry byte-template message tokens; with a
-		// real template they would splice foreign tokens into the record.
-		return fmt.Errorf("rollout: compaction is not supported with a chat template other than the byte template (disable compaction)")
 	}
 	l.bridged = true
 	l.cb.tok = l.s.Chat.Tokenizer()
@@ -102,6 +98,12 @@ func (l *loop) runChat(ctx context.Context) (Result, error) {
 		if err := l.bridgeTurn(ctx); err != nil {
 			return Result{}, err
 		}
+		if err := l.maybeCompactChat(ctx); err != nil {
+			if errors.Is(err, errOverBudget) {
+				return l.seal(ctx, runlog.OutcomeMaxTokens)
+			}
+			return Result{}, err
+		}
 		prompt := slices.Clone(l.cb.br.Prompt())
 		if l.overBudget(len(prompt)) {
 			return l.seal(ctx, runlog.OutcomeMaxTokens)
@@ -129,6 +131,11 @@ func (l *loop) bridgeTurn(ctx context.Context) error {
 		return Data("chat", err)
 	}
 	l.cb.turn, l.cb.next, l.cb.sampled = false, nil, nil
+	return l.declareRerender(ctx, t)
+}
+
+// declareRerender declares a rerender switch of the bridge as a boundary.
+func (l *loop) declareRerender(ctx context.Context, t bridge.Turn) error {
 	if t.Boundary == nil {
 		return nil
 	}

@@ -91,6 +91,11 @@ type Encoding struct {
 	Text string
 	IDs  []int32
 	Cuts []Cut
+	// State is what the renderer that made this encoding can reuse when
+	// it is passed back as prev (tokenizer/chat keeps the template values
+	// of the messages already converted); opaque to everyone else, never
+	// modified once returned.
+	State any
 }
 
 // Cut is a restart point: Text is a byte offset in Encoding.Text, ID the

@@ -34,9 +34,6 @@ func (c *Config) validateTokenizer(v *validator) {
 	if c.Model.Path != "" && c.Model.Weights != "" {
 		v.failf("model.weights", "must be empty with model.path (the directory holds the weights)")
 	}
-	if (t.Path != "" || c.Model.Path != "") && c.Compaction.Enabled {
-		v.failf("compaction.enabled", "must be false with a Hugging Face tokenizer (tokenizer.path or model.path): compaction policies build byte-template messages")
-	}
 	if t.Source == "server" && c.Generator.Kind != "openai" {
 		v.failf("tokenizer.source", "server needs generator.kind openai (a server to render)")
 	}

@@ -24,13 +24,20 @@ func TestTokenizerSection(t *testing.T) {
 	if err != nil || c.Model.Path != "/m" {
 		t.Fatalf("model.path: %v %+v", err, c.Model)
 	}
+	// Compaction works with a chat template (rollout/chatcompact.go).
+	c, err = Parse("f.yaml", []byte("model:\n  path: /m\ncompaction:\n  enabled: true\n"))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil || !c.Compaction.Enabled {
+		t.Fatalf("compaction with model.path: %v", err)
+	}
 	for _, tc := range []struct{ src, key string }{
 		{"tokenizer:\n  histroy: append\n", "tokenizer.histroy"},
 		{"tokenizer:\n  history: prepend\n", "tokenizer.history"},
 		{"tokenizer:\n  tool_parser: mistral\n", "tokenizer.tool_parser"},
 		{"tokenizer:\n  path: /m\n", "tokenizer.path"},
 		{"tokenizer:\n  source: server\n", "tokenizer.source"},
-		{"model:\n  path: /m\ncompaction:\n  enabled: true\n", "compaction.enabled"},
 		{"model:\n  path: /m\n  weights: /w.safetensors\ncompaction:\n  enabled: false\n", "model.weights"},
 		{"model:\n  pth: /m\n", "model.pth"},
 	} {

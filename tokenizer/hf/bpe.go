@@ -1,5 +1,10 @@
 package hf
 
+import (
+	"strings"
+	"unicode/utf8"
+)
+
 // Byte-level BPE on token ids: every byte starts as the id of its byte-level
 // character, then the lowest-ranked adjacent pair is merged until no pair in
 // the merge table remains (Hugging Face's BPE::merge_word semantics: lowest
@@ -15,10 +20,61 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 
 // bpe holds the model part of a tokenizer.json.
 type bpe struct {
-	vocab        map[string]int32 // raw bytes -> id (byte-level characters decoded)
+	vocab        map[string]int32 // raw bytes -> id (byte-level characters decoded); chars: as written
 	merges       map[uint64]merge
-	byteID       [256]int32 // id of each single byte
+	byteID       [256]int32 // id of each single byte (byte-level)
 	ignoreMerges bool       // Llama 3: a piece that is a whole vocab entry is one token
+
+	// charLevel: no ByteLevel pre-tokenizer, so the symbols BPE starts
+	// from are characters (SentencePiece-converted models: Llama 2,
+	// Mistral, Gemma). A character not in the vocab becomes the
+	// <0xXX> tokens of its UTF-8 bytes when byteFallback is set and all
+	// of them exist, else unk (when the model names one; else nothing),
+	// consecutive unks fused into one when fuseUnk is set.
+	charLevel    bool
+	byteFallback bool
+	fallbackID   [256]int32 // id of "<0xXX>", -1 when absent
+	unk          int32      // -1: none
+	fuseUnk      bool
+}
+
+// symbols appends the ids BPE starts from for piece.
+func (m *bpe) symbols(sym []int32, piece string) []int32 {
+	if !m.charLevel {
+		for i := 0; i < len(piece); i++ {
+			sym = append(sym, m.byteID[piece[i]])
+		}
+		return sym
+	}
+	for i, r := range piece {
+		c := piece[i : i+utf8.RuneLen(r)]
+		if r == utf8.RuneError && !strings.HasPrefix(piece[i:], "\uFFFD") {
+			c = piece[i : i+1]
+		}
+		if id, ok := m.vocab[c]; ok {
+			sym = append(sym, id)
+			continue
+		}
+		if m.byteFallback && m.hasFallback(c) {
+			for k := 0; k < len(c); k++ {
+				sym = append(sym, m.fallbackID[c[k]])
+			}
+			continue
+		}
+		if m.unk >= 0 && !(m.fuseUnk && len(sym) > 0 && sym[len(sym)-1] == m.unk) {
+			sym = append(sym, m.unk)
+		}
+	}
+	return sym
+}
+
+func (m *bpe) hasFallback(c string) bool {
+	for k := 0; k < len(c); k++ {
+		if m.fallbackID[c[k]] < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // heapThreshold is the piece length above which the linked-list/heap merge
@@ -35,18 +91,15 @@ func (m *bpe) appendPiece(dst []int32, piece string, scratch []int32) ([]int32, 
 			return append(dst, id), scratch
 		}
 	}
-	if len(piece) > heapThreshold {
-		return m.mergeLong(dst, piece), scratch
+	sym := m.symbols(scratch[:0], piece)
+	if len(sym) > heapThreshold {
+		return m.mergeLong(dst, sym), sym
 	}
-	return m.mergeShort(dst, piece, scratch)
+	return m.mergeShort(dst, sym)
 }
 
-// mergeShort is the quadratic merge for short pieces, in place in scratch.
-func (m *bpe) mergeShort(dst []int32, piece string, scratch []int32) ([]int32, []int32) {
-	sym := scratch[:0]
-	for i := 0; i < len(piece); i++ {
-		sym = append(sym, m.byteID[piece[i]])
-	}
+// mergeShort is the quadratic merge for short pieces, in place in sym.
+func (m *bpe) mergeShort(dst []int32, sym []int32) ([]int32, []int32) {
 	for len(sym) > 1 {
 		best, bestRank := -1, int32(1<<31-1)
 		var bestID int32
@@ -82,14 +135,13 @@ func (m *bpe) mergeShort(dst []int32, piece string, scratch []int32) ([]int32, [
 // mergeLong is the O(n log n) merge for long pieces (whitespace runs, long
 // words): a doubly linked list of symbols and a heap of candidate pairs
 // ordered by (rank, position); stale heap entries are skipped.
-func (m *bpe) mergeLong(dst []int32, piece string) []int32 {
-	n := len(piece)
-	id := make([]int32, n)
+func (m *bpe) mergeLong(dst []int32, sym []int32) []int32 {
+	n := len(sym)
+	id := sym
 	prev := make([]int32, n)
 	next := make([]int32, n)
 	alive := make([]bool, n)
 	for i := 0; i < n; i++ {
-		id[i] = m.byteID[piece[i]]
 		prev[i], next[i], alive[i] = int32(i-1), int32(i+1), true
 	}
 	next[n-1] = -1

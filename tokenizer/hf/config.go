@@ -17,6 +17,10 @@ type Config struct {
 	// (tokenizer_config.json may list several, e.g. "tool_use").
 	ChatTemplate string
 	Templates    map[string]string
+	// ChatTemplateFile is the file ChatTemplate came from
+	// (tokenizer_config.json or chat_template.jinja), for errors that
+	// name the template's line.
+	ChatTemplateFile string
 	// GenerationEOS is generation_config.json's eos_token_id.
 	GenerationEOS []int32
 }
@@ -31,12 +35,15 @@ func LoadConfig(dir string) (Config, error) {
 		if err := c.parseTokenizerConfig(data); err != nil {
 			return c, fmt.Errorf("hf: %s: %w", name, err)
 		}
+		if c.ChatTemplate != "" {
+			c.ChatTemplateFile = name
+		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return c, fmt.Errorf("hf: %w", err)
 	}
 	name = filepath.Join(dir, "chat_template.jinja")
 	if data, err := os.ReadFile(name); err == nil {
-		c.ChatTemplate = string(data)
+		c.ChatTemplate, c.ChatTemplateFile = string(data), name
 	}
 	name = filepath.Join(dir, "generation_config.json")
 	if data, err := os.ReadFile(name); err == nil {

@@ -56,8 +56,8 @@ func FuzzEncode(f *testing.F) {
 			}
 		}
 		if s != "" {
-			a, _ := tok.model.mergeShort(nil, s, nil)
-			b := tok.model.mergeLong(nil, s)
+			a, _ := tok.model.mergeShort(nil, tok.model.symbols(nil, s))
+			b := tok.model.mergeLong(nil, tok.model.symbols(nil, s))
 			if !slices.Equal(a, b) {
 				t.Fatalf("merge paths disagree on %q: %v vs %v", s, a, b)
 			}

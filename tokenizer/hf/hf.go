@@ -25,6 +25,7 @@ import (
 // concurrent use.
 type Tokenizer struct {
 	model bpe
+	dec   []decoder // char-level models only: tokenizer.json's decoder
 	norm  []normalizer
 	pre   []splitter
 	added []addedToken
@@ -97,10 +98,13 @@ func Parse(data []byte, name string) (*Tokenizer, error) {
 	if t.pre, byteLevel, err = parsePreTokenizer(f.PreTokenizer, "pre_tokenizer"); err != nil {
 		return nil, fmt.Errorf("hf: %s: %w", name, err)
 	}
-	if !byteLevel {
-		return nil, fmt.Errorf("hf: %s: pre_tokenizer: only byte-level BPE tokenizers are supported (no ByteLevel step found)", name)
+	if byteLevel {
+		err = t.parseModel(f.Model)
+	} else {
+		// No ByteLevel step: BPE on characters (charlevel.go).
+		err = t.parseCharModel(f.Model, f.Decoder)
 	}
-	if err := t.parseModel(f.Model); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("hf: %s: %w", name, err)
 	}
 	t.trie = &trieNode{tok: -1}
@@ -225,9 +229,7 @@ func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer
 	e := &tokenizer.Encoding{Text: text}
 	start := 0
 	if prev != nil {
-		l := 0
-		for n := min(len(prev.Text), len(text)); l < n && prev.Text[l] == text[l]; l++ {
-		}
+		l := commonPrefix(prev.Text, text)
 		// Cuts are ascending: find the last with Text+maxAdded <= l.
 		k := sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].Text+t.maxAdded+utf8.UTFMax > l }) - 1
 		if k >= 0 {
@@ -239,6 +241,23 @@ func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer
 	}
 	e.IDs = t.encode(e.IDs, text[start:], start, &e.Cuts)
 	return e
+}
+
+// commonPrefix is the length of the longest common prefix of a and b,
+// compared a block at a time (string equality is a vectorized memcmp):
+// a long shared history costs microseconds, not a byte loop.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	l := 0
+	for blk := 4096; blk >= 64; blk /= 8 {
+		for l+blk <= n && a[l:l+blk] == b[l:l+blk] {
+			l += blk
+		}
+	}
+	for l < n && a[l] == b[l] {
+		l++
+	}
+	return l
 }
 
 func sortSearch(n int, f func(int) bool) int {
@@ -270,6 +289,9 @@ func (t *Tokenizer) encode(out []int32, text string, base int, cuts *[]tokenizer
 			}
 		}
 		for _, n := range t.norm {
+			if seg == "" {
+				break // Prepend must not make a token of nothing
+			}
 			seg = n(seg)
 		}
 		pieces = append(pieces[:0], seg)
@@ -332,6 +354,9 @@ func wordBoundary(s string, i, j int) bool {
 // Decode returns the text of ids; byte sequences that are not valid UTF-8
 // become U+FFFD. Unknown ids are skipped.
 func (t *Tokenizer) Decode(ids []int32) string {
+	if t.model.charLevel {
+		return t.decodeChars(ids)
+	}
 	var b strings.Builder
 	for _, id := range ids {
 		if id >= 0 && int(id) < len(t.decode) {

@@ -116,3 +116,22 @@ func TestLoadErrorsNameFileAndPath(t *testing.T) {
 		t.Errorf("StopTokens = %v", got)
 	}
 }
+
+// TestCommonPrefix: the block-wise common prefix equals the byte loop's,
+// for differences on and around every block boundary.
+func TestCommonPrefix(t *testing.T) {
+	base := strings.Repeat("abcdefgh", 1200) // 9600 bytes: crosses 4096 and 512 blocks
+	for _, n := range []int{0, 1, 63, 64, 65, 511, 512, 513, 4095, 4096, 4097, 8191, 8192, 9599, 9600} {
+		for _, d := range []int{0, 1, 7, 64, 500} {
+			p := max(0, n-d)
+			b := base[:p] + "Z" + base[p:]
+			want := 0
+			for want < len(base) && want < len(b) && base[want] == b[want] {
+				want++
+			}
+			if got := commonPrefix(base, b[:min(len(b), n+1)]); got != min(want, n+1) {
+				t.Fatalf("commonPrefix at %d: %d, want %d", p, got, min(want, n+1))
+			}
+		}
+	}
+}

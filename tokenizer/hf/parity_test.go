@@ -83,7 +83,7 @@ func unreachable(tok *Tokenizer, n int) []string {
 		if raw == "" || len(raw) > heapThreshold || !utf8.ValidString(raw) || tok.model.vocab[raw] != id {
 			continue
 		}
-		if got, _ := tok.model.mergeShort(nil, raw, nil); len(got) != 1 {
+		if got, _ := tok.model.mergeShort(nil, tok.model.symbols(nil, raw)); len(got) != 1 {
 			out = append(out, raw)
 		}
 	}

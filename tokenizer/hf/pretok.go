@@ -186,6 +186,38 @@ func parseNormalizer(raw json.RawMessage, path string) ([]normalizer, error) {
 		return []normalizer{norm.NFKD.String}, nil
 	case "Lowercase":
 		return []normalizer{strings.ToLower}, nil
+	case "Prepend":
+		var n struct {
+			Prepend string `json:"prepend"`
+		}
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return []normalizer{func(s string) string { return n.Prepend + s }}, nil
+	case "Replace":
+		from, to, err := parseReplace(raw, path)
+		if err != nil {
+			return nil, err
+		}
+		return []normalizer{func(s string) string { return strings.ReplaceAll(s, from, to) }}, nil
 	}
 	return nil, fmt.Errorf("%s.type: normalizer %q is not supported", path, node.Type)
+}
+
+// parseReplace reads a Replace normalizer or decoder; only a String
+// pattern is supported.
+func parseReplace(raw json.RawMessage, path string) (from, to string, err error) {
+	var n struct {
+		Pattern struct {
+			String *string `json:"String"`
+		} `json:"pattern"`
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return "", "", fmt.Errorf("%s: %w", path, err)
+	}
+	if n.Pattern.String == nil || *n.Pattern.String == "" {
+		return "", "", fmt.Errorf("%s.pattern: only a non-empty String pattern is supported", path)
+	}
+	return *n.Pattern.String, n.Content, nil
 }

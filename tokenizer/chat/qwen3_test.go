@@ -1,0 +1,133 @@
+package chat
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/hf"
+	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
+)
+
+// TestQwen3NativeEqualsTemplate: the Go rendering of Qwen3's template
+// equals the template rendered by the engine, byte for byte (errors
+// alike), on generated conversations with the cases the template branches
+// on: <think> blocks inside content, newlines at the edges, reasoning or
+// not, user messages that are tool responses, runs of tool messages,
+// system messages not first, unknown roles, argument strings and empty
+// arguments, tools or not, enable_thinking on, off or absent, with or
+// without the generation prompt; and each conversation rendered again
+// from the state of the previous one (edited, extended, cut), as the
+// bridge does.
+func TestQwen3NativeEqualsTemplate(t *testing.T) {
+	cfg, err := hf.LoadConfig(tokref.ModelDir(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	native, err := Compile("qwen3", cfg.ChatTemplate, cfg.BOS, cfg.EOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !native.qwen3 {
+		t.Fatal("the Qwen3 template was not recognized: the test lost its point")
+	}
+	engine := native.EngineOnly()
+	strs := tokref.Strings(5, 2000, []string{"<think>", "</think>", "<tool_response>", "</tool_response>", "<|im_end|>"})
+	r := rand.New(rand.NewPCG(1, 2))
+	k := 0
+	text := func() string {
+		k++
+		s := strs[k%len(strs)]
+		switch r.IntN(8) {
+		case 0:
+			s = "\n\n" + s + "\n"
+		case 1:
+			s = "<think>\n" + s + "\n</think>\n\n" + strs[(k+1)%len(strs)]
+		case 2:
+			s = s + "</think>" + strs[(k+2)%len(strs)] + "</think>\n"
+		case 3:
+			s = "<tool_response>" + s + "</tool_response>"
+		case 4:
+			s = ""
+		case 5:
+			s += "\ufdd0 \u2028" // the engine path's output mapping applies to all text
+		}
+		return s
+	}
+	n := 400
+	if tokref.Full() {
+		n = 3000
+	}
+	var prev *values
+	same, errs := 0, 0
+	for i := 0; i < n; i++ {
+		msgs, tools := Conversation(r, text, false)
+		for j := range msgs {
+			switch r.IntN(12) {
+			case 0:
+				msgs[j].Role = "system"
+			case 1:
+				msgs[j].Role = "tool"
+			case 2:
+				msgs[j].Role = "developer"
+			case 3:
+				if len(msgs[j].ToolCalls) > 0 {
+					msgs[j].ToolCalls[0].Arguments = nil
+				}
+			case 4:
+				if len(msgs[j].ToolCalls) > 0 {
+					msgs[j].ToolCalls[0].Arguments = json.RawMessage(`"a string"`)
+				}
+			}
+		}
+		opt := tokenizer.RenderOptions{Tools: tools, AddGenerationPrompt: r.IntN(2) == 0}
+		switch r.IntN(3) {
+		case 0:
+			opt.Kwargs = map[string]any{"enable_thinking": true}
+		case 1:
+			opt.Kwargs = map[string]any{"enable_thinking": false}
+		}
+		want, werr := engine.Render(msgs, opt)
+		for _, p := range []*values{nil, prev} {
+			got, v, gerr := native.render(msgs, opt, p)
+			if (werr == nil) != (gerr == nil) {
+				t.Fatalf("conversation %d: engine error %v, native error %v", i, werr, gerr)
+			}
+			if werr != nil {
+				errs++
+				break
+			}
+			if got != want {
+				q := 0
+				for q < len(got) && q < len(want) && got[q] == want[q] {
+					q++
+				}
+				t.Fatalf("conversation %d (reuse %v) differs at byte %d:\n got %q\nwant %q", i, p != nil, q, got[max(0, q-80):min(len(got), q+80)], want[max(0, q-80):min(len(want), q+80)])
+			}
+			if v.qwen == nil {
+				t.Fatalf("conversation %d: not rendered by the Go path", i)
+			}
+			same++
+			prev = v
+		}
+		// the next conversation often extends or edits this one
+		if r.IntN(2) == 0 && len(msgs) > 1 {
+			ext := slices.Clone(msgs[:1+r.IntN(len(msgs))])
+			ext = append(ext, tokenizer.Message{Role: []string{"user", "tool", "assistant"}[r.IntN(3)], Content: text()})
+			want, werr := engine.Render(ext, opt)
+			got, v, gerr := native.render(ext, opt, prev)
+			if (werr == nil) != (gerr == nil) || werr == nil && got != want {
+				t.Fatalf("conversation %d extended: differs (errors %v / %v)", i, werr, gerr)
+			}
+			if v != nil {
+				prev = v
+			}
+		}
+	}
+	if errs > n/4 {
+		t.Fatalf("%d of %d conversations raised: the test lost its point", errs, n)
+	}
+	t.Logf("%d renders identical to the engine's (%d conversations raised in both)", same, errs)
+}
