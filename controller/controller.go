@@ -67,6 +67,9 @@ type Options struct {
 	// ToolParser reads its replies (tokenizer.tool_parser).
 	Chat       lhtok.Chat
 	ToolParser toolcall.Parser
+	// Fence, when set, is told the versions a call may be answered by
+	// (fence.go); nil for generators that cannot serve stale weights.
+	Fence Fencer
 }
 
 // Progress is what the progress display shows after each step.
@@ -299,4 +302,5 @@ func (c *Controller) setVersion(v int64) {
 	c.version.Store(v)
 	c.versionCond.Broadcast()
 	c.mu.Unlock()
+	c.fence(v)
 }

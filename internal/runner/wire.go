@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
@@ -28,7 +29,8 @@ type parts struct {
 	tr        train.Trainer
 	publish   func(ctx context.Context, version int64) error
 	warmStart func(ctx context.Context) error
-	describe  func() string // what generation waits on, for the stall watchdog
+	describe  func() string     // what generation waits on, for the stall watchdog
+	fence     controller.Fencer // the generator's version fence (openai servers)
 	close     func()
 	queues    map[string]func() float64 // queue depths for the Prometheus gauges
 }
@@ -141,7 +143,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 				return out
 			})
 		}
-		p.gen, p.close = oc, oc.Close
+		p.gen, p.close, p.fence = oc, oc.Close, oc
 		p.describe = func() string { return fmt.Sprintf("servers %+v", oc.Status()) }
 		p.publish = func(ctx context.Context, v int64) error {
 			if err := export(ctx, v); err != nil {
