@@ -175,7 +175,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer cancel(nil)
 	stopWatch := c.watchdog(ctx, cancel)
 	defer stopWatch()
-	err := c.loop(ctx)
+	err := c.runRecovering(ctx)
 	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrStalled) {
 		return cause
 	}
@@ -255,7 +255,19 @@ func (c *Controller) runThroughput(ctx context.Context, first, max, lag int64) e
 	for i := range ready {
 		ready[i] = make(chan struct{})
 	}
+	// The producer is joined before returning, so a loop restarted after
+	// a trainer recovery (trainer_restart.go) never runs beside it.
+	var producer sync.WaitGroup
+	defer func() {
+		cancel(nil)
+		c.mu.Lock()
+		c.versionCond.Broadcast() // the AfterFunc below is stopped by now
+		c.mu.Unlock()
+		producer.Wait()
+	}()
+	producer.Add(1)
 	go func() {
+		defer producer.Done()
 		for s := first; s <= max; s++ {
 			c.mu.Lock()
 			for c.version.Load() < s-1-lag && ctx.Err() == nil {

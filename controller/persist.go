@@ -51,6 +51,9 @@ func (c *Controller) restore(ctx context.Context) error {
 			}
 		}
 	}
+	if err := c.syncTrainer(ctx, from); err != nil {
+		return err
+	}
 	if from < logged {
 		c.log.Info("rewinding trained steps the newest checkpoint does not cover", "from", logged, "to", from)
 		if _, err := c.o.Log.Append(ctx, runlog.Rewound{Step: from, Version: from}); err != nil {

@@ -119,7 +119,7 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 	trainDur := c.now().Sub(tt)
 	c.o.Crash("train.after")
 	if stats.Version != k {
-		return fmt.Errorf("controller: step %d: trainer published version %d (trainer and run log disagree)", k, stats.Version)
+		return fmt.Errorf("controller: step %d: trainer published version %d (trainer and run log disagree): %w", k, stats.Version, train.ErrStateLost)
 	}
 	if _, err := c.o.Log.Append(ctx, runlog.StepTrained{Step: k, Groups: ids, Version: stats.Version}); err != nil {
 		return err

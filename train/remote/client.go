@@ -238,7 +238,10 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 		class := httpclass.Status(resp.StatusCode)
 		err := errors.New(msg)
 		if resp.StatusCode == http.StatusConflict && e.Error.Code == "step_conflict" {
-			err = fmt.Errorf("%w: %s", ErrStepConflict, msg)
+			// The trainer is not at the step the client knew: another
+			// process moved it, or it restarted and came back before this
+			// call could find it away.
+			err = fmt.Errorf("%w (%w): %s", ErrStepConflict, train.ErrStateLost, msg)
 		}
 		return &Error{Class: class, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
 	}

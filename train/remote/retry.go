@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/train"
 )
 
 // Retries. A trainer that cannot be reached (connection refused or reset,
@@ -32,7 +34,7 @@ func (e *RestartedError) Error() string {
 		e.Server, ErrTrainerRestarted, e.Got, e.Want)
 }
 
-func (e *RestartedError) Unwrap() error { return ErrTrainerRestarted }
+func (e *RestartedError) Unwrap() []error { return []error{ErrTrainerRestarted, train.ErrStateLost} }
 
 // FailureClass: a restart is infra, but not one a blind retry fixes.
 func (e *RestartedError) FailureClass() string { return ClassInfra }
