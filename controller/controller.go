@@ -166,7 +166,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.restore(ctx); err != nil {
+	if err := c.restoreRecovering(ctx); err != nil {
 		return err
 	}
 	stopSnap := c.snapshotter(ctx)

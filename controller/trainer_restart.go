@@ -43,10 +43,23 @@ func (c *Controller) runRecovering(ctx context.Context) error {
 		// The generation rounds of the interrupted loop are abandoned;
 		// their effects are in the log, which the next round plans from.
 		c.planner = planner{}
-		if err := c.restore(ctx); err != nil {
+		if err := c.restoreRecovering(ctx); err != nil {
 			return fmt.Errorf("controller: recovering the trainer: %w", err)
 		}
 		lastFrom = c.view().step
+	}
+}
+
+// restoreRecovering is restore, started again when the trainer loses its
+// state while it runs (restarted during the checkpoint load or the first
+// export), a bounded number of times.
+func (c *Controller) restoreRecovering(ctx context.Context) error {
+	for n := 1; ; n++ {
+		err := c.restore(ctx)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, train.ErrStateLost) || n > maxFruitlessRecoveries {
+			return err
+		}
+		c.log.Warn("the trainer lost its state while being restored: restoring again", "err", err)
 	}
 }
 

@@ -144,7 +144,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			})
 		}
 		p.gen, p.close, p.fence = oc, oc.Close, oc
-		p.describe = func() string { return fmt.Sprintf("servers %+v", oc.Status()) }
+		p.describe = oc.Describe
 		p.publish = func(ctx context.Context, v int64) error {
 			if err := export(ctx, v); err != nil {
 				return err
