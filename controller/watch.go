@@ -102,11 +102,20 @@ func (c *Controller) snapshotter(ctx context.Context) (stop func()) {
 		defer close(done)
 		t := time.NewTicker(time.Duration(rc.SnapshotAttemptIntervalS * float64(time.Second)))
 		defer t.Stop()
+		var since uint64 // records applied just after the last snapshot
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			}
+			// Nothing new since the last snapshot: another would cost a
+			// write for nothing, and its record would look like progress
+			// to the stall watchdog through an outage.
+			var applied uint64
+			c.o.Log.View(func(s *runlog.State) { applied = s.Applied })
+			if applied == since {
+				continue
 			}
 			c.o.Crash("snapshot.before")
 			info, err := c.o.Log.Snapshot(ctx)
@@ -117,6 +126,7 @@ func (c *Controller) snapshotter(ctx context.Context) (stop func()) {
 				continue
 			}
 			c.log.Debug("snapshot", "offset", info.Offset, "bytes", info.Bytes, "took", info.Duration)
+			c.o.Log.View(func(s *runlog.State) { since = s.Applied })
 		}
 	}()
 	return func() { cancel(); <-done }

@@ -183,3 +183,55 @@ func TestThreeProcessesKilledThroughput(t *testing.T) {
 	checkTrainedOnce(t, res.dir, int64(o.steps), 4)
 	checkNoCallTwice(t, res.dir)
 }
+
+// TestGenerationOutage: the only generation server goes away in the middle
+// of a step (SIGKILLed, started again after the outage: 30 s in the CI
+// step, 3 s here). The run waits (rollout_failure.max_outage_s), drops
+// nothing, spends no attempt, and ends equal to the uninterrupted run; the
+// stall watchdog's warning meanwhile names the server it waits on.
+func TestGenerationOutage(t *testing.T) {
+	bin := binary(t)
+	o := chaos{mode: "deterministic", steps: 6, outage: 3 * time.Second,
+		extra: []string{"rollout_failure.stall_timeout_s=1"}}
+	if chaosLong() {
+		o.steps, o.outage = 8, 30*time.Second
+		o.extra = []string{"rollout_failure.stall_timeout_s=10"}
+	}
+	work := t.TempDir()
+	cfg := configFor(t, work, o.steps, o.mode)
+	ref := filepath.Join(work, "ref")
+	train(t, bin, cfg, ref)
+	want, err := Summarize(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	res := o.run(t, bin, work, cfg)
+	t.Logf("%v; run took %v; %s", res.kills, time.Since(t0).Round(time.Second), retrySummary(res.logs))
+	if strings.Contains(res.logs, "rollout attempt failed") {
+		t.Errorf("the outage spent a rollout attempt:\n%s", tail(res.logs, 40))
+	}
+	checkTrainedOnce(t, res.dir, int64(o.steps), 4)
+	if retried := checkNoCallTwice(t, res.dir); retried != 0 {
+		t.Errorf("%d attempts retried during the outage", retried)
+	}
+	got, err := Summarize(context.Background(), res.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Compare(want, got); d != "" {
+		t.Errorf("the run across the outage differs from the uninterrupted one: %s", d)
+	}
+	var stalled string
+	for _, l := range strings.Split(res.logs, "\n") {
+		if strings.Contains(l, "run stalled") {
+			stalled = l
+			break
+		}
+	}
+	if !strings.Contains(stalled, "waiting on 1 of 1 servers: http://127.0.0.1:") || !strings.Contains(stalled, "(down") {
+		t.Errorf("the stall warning does not name the server it waits on: %q", stalled)
+	} else {
+		t.Logf("watchdog: %s", stalled)
+	}
+}
