@@ -70,6 +70,11 @@ type Options struct {
 	// Fence, when set, is told the versions a call may be answered by
 	// (fence.go); nil for generators that cannot serve stale weights.
 	Fence Fencer
+	// GenBoundsCalls says the generator puts rollout_failure.call_timeout_s
+	// on each request to a server itself (gen/openai), so the controller
+	// does not put it around the whole call, which also holds the wait
+	// for a server through an outage (up to rollout_failure.max_outage_s).
+	GenBoundsCalls bool
 }
 
 // Progress is what the progress display shows after each step.

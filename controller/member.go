@@ -126,7 +126,7 @@ func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, 
 		return nil
 	})
 	sp := RolloutSpec(c.cfg, c.o.Envs, c.envParams, task, id, attempt,
-		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, seconds(c.cfg.RolloutFailure.CallTimeoutS)}, rec)
+		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, c.callTimeout()}, rec)
 	sp.Logger = c.log
 	if c.o.Chat != nil {
 		sp.Chat, sp.ToolParser = c.o.Chat, c.o.ToolParser
@@ -166,6 +166,15 @@ func EnvParams(cfg *config.Config) (json.RawMessage, error) {
 		return nil, fmt.Errorf("env.params: %w", err)
 	}
 	return b, nil
+}
+
+// callTimeout is the deadline put on each generator call (0: none here,
+// the generator bounds its requests itself).
+func (c *Controller) callTimeout() time.Duration {
+	if c.o.GenBoundsCalls {
+		return 0
+	}
+	return seconds(c.cfg.RolloutFailure.CallTimeoutS)
 }
 
 // countingGen counts generated tokens for the tokens/s figure and puts

@@ -137,7 +137,7 @@ func TestThreeProcessesKilledDeterministic(t *testing.T) {
 	bin := binary(t)
 	o := chaos{mode: "deterministic", steps: 10, kills: 4, seed: 1, gap: 2 * time.Second}
 	if chaosLong() {
-		o.steps, o.kills, o.gap = 30, 12, 2*time.Second
+		o.steps, o.kills, o.gap = 20, 8, 1500*time.Millisecond
 	}
 	if s := os.Getenv("LONGHAUL_THREEPROC_SEED"); s != "" {
 		o.seed, _ = strconv.ParseUint(s, 10, 64)
@@ -170,7 +170,7 @@ func TestThreeProcessesKilledThroughput(t *testing.T) {
 	bin := binary(t)
 	o := chaos{mode: "throughput", steps: 10, kills: 4, seed: 2, gap: 2 * time.Second}
 	if chaosLong() {
-		o.steps, o.kills = 30, 12
+		o.steps, o.kills, o.gap = 20, 8, 1500*time.Millisecond
 	}
 	if s := os.Getenv("LONGHAUL_THREEPROC_SEED"); s != "" {
 		o.seed, _ = strconv.ParseUint(s, 10, 64)
@@ -186,15 +186,17 @@ func TestThreeProcessesKilledThroughput(t *testing.T) {
 
 // TestGenerationOutage: the only generation server goes away in the middle
 // of a step (SIGKILLed, started again after the outage: 30 s in the CI
-// step, 3 s here). The run waits (rollout_failure.max_outage_s), drops
+// step, 4 s here). The run waits (rollout_failure.max_outage_s), drops
 // nothing, spends no attempt, and ends equal to the uninterrupted run; the
 // stall watchdog's warning meanwhile names the server it waits on.
 func TestGenerationOutage(t *testing.T) {
 	bin := binary(t)
-	o := chaos{mode: "deterministic", steps: 6, outage: 3 * time.Second,
-		extra: []string{"rollout_failure.stall_timeout_s=1"}}
+	// Here the outage also outlasts rollout_failure.call_timeout_s: that
+	// bounds one request to a server, not the wait for one.
+	o := chaos{mode: "deterministic", steps: 6, outage: 4 * time.Second,
+		extra: []string{"rollout_failure.stall_timeout_s=1", "rollout_failure.call_timeout_s=2.5"}}
 	if chaosLong() {
-		o.steps, o.outage = 8, 30*time.Second
+		o.steps, o.outage = 6, 30*time.Second
 		o.extra = []string{"rollout_failure.stall_timeout_s=10"}
 	}
 	work := t.TempDir()
@@ -208,8 +210,11 @@ func TestGenerationOutage(t *testing.T) {
 	t0 := time.Now()
 	res := o.run(t, bin, work, cfg)
 	t.Logf("%v; run took %v; %s", res.kills, time.Since(t0).Round(time.Second), retrySummary(res.logs))
-	if strings.Contains(res.logs, "rollout attempt failed") {
-		t.Errorf("the outage spent a rollout attempt:\n%s", tail(res.logs, 40))
+	for _, l := range strings.Split(res.logs, "\n") {
+		if strings.Contains(l, "rollout attempt failed") {
+			t.Errorf("the outage spent a rollout attempt: %s", l)
+			break
+		}
 	}
 	checkTrainedOnce(t, res.dir, int64(o.steps), 4)
 	if retried := checkNoCallTwice(t, res.dir); retried != 0 {

@@ -25,14 +25,15 @@ import (
 // parts are the generator and trainer a run drives, with how weights flow
 // from one to the other.
 type parts struct {
-	gen       gen.Generator
-	tr        train.Trainer
-	publish   func(ctx context.Context, version int64) error
-	warmStart func(ctx context.Context) error
-	describe  func() string     // what generation waits on, for the stall watchdog
-	fence     controller.Fencer // the generator's version fence (openai servers)
-	close     func()
-	queues    map[string]func() float64 // queue depths for the Prometheus gauges
+	gen         gen.Generator
+	tr          train.Trainer
+	publish     func(ctx context.Context, version int64) error
+	warmStart   func(ctx context.Context) error
+	describe    func() string     // what generation waits on, for the stall watchdog
+	fence       controller.Fencer // the generator's version fence (openai servers)
+	boundsCalls bool              // the generator bounds each request by call_timeout_s itself
+	close       func()
+	queues      map[string]func() float64 // queue depths for the Prometheus gauges
 }
 
 // wire builds the generator and trainer the config names. The controller
@@ -144,6 +145,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			})
 		}
 		p.gen, p.close, p.fence = oc, oc.Close, oc
+		p.boundsCalls = true // RequestTimeout above
 		p.describe = oc.Describe
 		p.publish = func(ctx context.Context, v int64) error {
 			if err := export(ctx, v); err != nil {
