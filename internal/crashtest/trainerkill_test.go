@@ -18,10 +18,10 @@ func configWithSteps(t *testing.T, dir string, steps int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := strings.Replace(string(b), "max_steps: 20", fmt.Sprintf("max_steps: %d", steps), 1)
-	if s == string(b) {
+	if !strings.Contains(string(b), "max_steps: 20") {
 		t.Fatal("examples/ledger-tiny.yaml has no `max_steps: 20` line to change")
 	}
+	s := strings.Replace(string(b), "max_steps: 20", fmt.Sprintf("max_steps: %d", steps), 1)
 	path := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
