@@ -67,8 +67,8 @@ func (c *Controller) trainStep(ctx context.Context, k int64) error {
 	// A step that holds only retried groups (its own prompts ran out at
 	// run.max_epochs) trains what it has.
 	if need := int(math.Ceil(c.cfg.RolloutFailure.MinStepBatchFraction * float64(P))); len(groups) < max(1, need) && (fresh > 0 || len(groups) == 0) {
-		return fmt.Errorf("controller: step %d has %d of %d groups left after %d were dropped, fewer than rollout_failure.min_step_batch_fraction (%g) allows",
-			k, len(groups), P, dropped, c.cfg.RolloutFailure.MinStepBatchFraction)
+		return fmt.Errorf("controller: step %d has %d of %d groups left after %d were dropped, fewer than rollout_failure.min_step_batch_fraction (%g) allows%s",
+			k, len(groups), P, dropped, c.cfg.RolloutFailure.MinStepBatchFraction, c.shrinkHint(k, len(groups), all))
 	}
 	acfg, scfg := c.cfg.AdvantageConfig(), c.cfg.SegmentConfig()
 	var (
