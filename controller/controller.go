@@ -28,6 +28,7 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/train"
 )
@@ -75,6 +76,8 @@ type Options struct {
 	// does not put it around the whole call, which also holds the wait
 	// for a server through an outage (up to rollout_failure.max_outage_s).
 	GenBoundsCalls bool
+	// FS is the storage seam checkpoints are written through (nil: the OS).
+	FS storage.FS
 }
 
 // Progress is what the progress display shows after each step.
@@ -132,6 +135,9 @@ func New(o Options) (*Controller, error) {
 	}
 	if o.Crash == nil {
 		o.Crash = func(string) {}
+	}
+	if o.FS == nil {
+		o.FS = storage.OS
 	}
 	order, err := data.NewOrder(o.Dataset, o.Config.Run.Seed, o.Config.Data.Shuffle)
 	if err != nil {

@@ -78,7 +78,7 @@ func (c *Controller) restore(ctx context.Context) error {
 // applies retention.
 func (c *Controller) checkpoint(ctx context.Context, k int64, metric *float64) error {
 	cp := c.cfg.Checkpointing
-	path, digest, err := ckpt.Write(c.ckptDir(), ckpt.Manifest{Step: k, Version: k, Metric: metric}, func(dir string) error {
+	path, digest, err := ckpt.WriteFS(c.o.FS, c.ckptDir(), ckpt.Manifest{Step: k, Version: k, Metric: metric}, func(dir string) error {
 		if err := c.o.Trainer.SaveCheckpoint(ctx, dir); err != nil {
 			return err
 		}

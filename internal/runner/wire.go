@@ -65,6 +65,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		if local, err = tembedded.New(m, OptimConfig(cfg), LossConfig(cfg)); err != nil {
 			return nil, fmt.Errorf("runner: %w", err)
 		}
+		local.SetFS(opts.FS) // checkpoint files through the run's storage seam
 		p.tr = local
 		p.warmStart = func(ctx context.Context) error {
 			return WarmStartProgress(ctx, cfg, reg, local.Model(), log, opts.WarmStartProgress)
