@@ -79,3 +79,28 @@ func TestTrainerRestartedIsTyped(t *testing.T) {
 		t.Fatalf("save to a restarted trainer: %v", err)
 	}
 }
+
+// TestExportToRestartedTrainerRefused: a trainer that restarted and is
+// back before the export (no failed attempt to trigger the fence) is
+// caught by the step check: its initial weights are never exported as
+// the run's.
+func TestExportToRestartedTrainerRefused(t *testing.T) {
+	f := &fakeTrainer{st: train.State{Step: 5, Version: 5}}
+	ts := httptest.NewServer(Handler(f))
+	defer ts.Close()
+	c := New(ts.URL, Options{MinBackoff: 10 * time.Millisecond})
+	if _, err := c.State(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ExportWeights(t.Context(), "/w/model.safetensors"); err != nil {
+		t.Fatalf("export at the known step: %v", err)
+	}
+	f.mu.Lock()
+	f.st = train.State{} // restarted from its seed, already back
+	f.mu.Unlock()
+	err := c.ExportWeights(t.Context(), "/w/model.safetensors")
+	var re *RestartedError
+	if !errors.As(err, &re) || !errors.Is(err, train.ErrStateLost) || re.Got != 0 {
+		t.Fatalf("export from a restarted trainer: %v", err)
+	}
+}
