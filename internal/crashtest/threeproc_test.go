@@ -21,7 +21,7 @@ type chaos struct {
 	steps int
 	kills int    // SIGKILLs in all, spread over the three processes
 	seed  uint64 // picks the moments and the victims
-	// gap bounds the time between kills (uniform in [gap/4, gap]).
+	// gap bounds how long after its step a kill lands (uniform in [0, gap]).
 	gap time.Duration
 	// outage, when set, is one generation outage in the middle of a step
 	// (the server down that long) instead of random kills.
@@ -78,13 +78,12 @@ func (o chaos) run(t *testing.T, bin, work, cfg string) chaosResult {
 		time.Sleep(o.outage)
 		procs["serve"].start()
 	}
+	// Kill i lands at a random moment (within gap) after step
+	// 1+i*(steps-2)/kills has its row: spread over the run whatever the
+	// machine's speed, in every phase of a step.
 	killed := 0
-	next := time.Now().Add(o.pause(rng))
+	var armed time.Time
 	for {
-		wait := time.Until(next)
-		if killed >= o.kills || o.outage > 0 {
-			wait = time.Until(deadline)
-		}
 		select {
 		case <-tp.exited:
 			logs.WriteString(tp.out.String())
@@ -93,11 +92,21 @@ func (o chaos) run(t *testing.T, bin, work, cfg string) chaosResult {
 			}
 			res.dir, res.logs = dir, logs.String()
 			return res
-		case <-time.After(wait):
+		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the run did not finish in time (kills: %v):\n%s", res.kills, tail(tp.out.String(), 60))
 		}
+		if killed >= o.kills || o.outage > 0 || countLines(metrics) < 1+killed*(o.steps-2)/o.kills {
+			continue
+		}
+		if armed.IsZero() {
+			armed = time.Now().Add(o.pause(rng))
+		}
+		if time.Now().Before(armed) {
+			continue
+		}
+		armed = time.Time{}
 		victim := []string{"serve", "serve-trainer", "train"}[rng.IntN(3)]
 		step := countLines(metrics)
 		switch victim {
@@ -117,12 +126,11 @@ func (o chaos) run(t *testing.T, bin, work, cfg string) chaosResult {
 		}
 		killed++
 		res.kills = append(res.kills, victim+"@"+strconv.Itoa(step))
-		next = time.Now().Add(o.pause(rng))
 	}
 }
 
 func (o chaos) pause(rng *rand.Rand) time.Duration {
-	return o.gap/4 + time.Duration(rng.Int64N(int64(o.gap*3/4)+1))
+	return time.Duration(rng.Int64N(int64(o.gap) + 1))
 }
 
 // chaosLong reports whether the long versions run (the CI step script
@@ -135,9 +143,11 @@ func chaosLong() bool { return os.Getenv("LONGHAUL_THREEPROC") == "long" }
 // trained prompts and calls of the uninterrupted in-process run.
 func TestThreeProcessesKilledDeterministic(t *testing.T) {
 	bin := binary(t)
-	o := chaos{mode: "deterministic", steps: 10, kills: 4, seed: 1, gap: 2 * time.Second}
+	// Seeds 4 and 6 kill each of the three processes within their first
+	// four kills.
+	o := chaos{mode: "deterministic", steps: 10, kills: 4, seed: 4, gap: 600 * time.Millisecond}
 	if chaosLong() {
-		o.steps, o.kills, o.gap = 20, 8, 1500*time.Millisecond
+		o.steps, o.kills = 14, 7
 	}
 	if s := os.Getenv("LONGHAUL_THREEPROC_SEED"); s != "" {
 		o.seed, _ = strconv.ParseUint(s, 10, 64)
@@ -168,9 +178,9 @@ func TestThreeProcessesKilledDeterministic(t *testing.T) {
 // logged call generated twice.
 func TestThreeProcessesKilledThroughput(t *testing.T) {
 	bin := binary(t)
-	o := chaos{mode: "throughput", steps: 10, kills: 4, seed: 2, gap: 2 * time.Second}
+	o := chaos{mode: "throughput", steps: 10, kills: 4, seed: 6, gap: 600 * time.Millisecond}
 	if chaosLong() {
-		o.steps, o.kills, o.gap = 20, 8, 1500*time.Millisecond
+		o.steps, o.kills = 14, 7
 	}
 	if s := os.Getenv("LONGHAUL_THREEPROC_SEED"); s != "" {
 		o.seed, _ = strconv.ParseUint(s, 10, 64)
