@@ -185,7 +185,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	c, err := controller.New(controller.Options{
 		Chat: chat, ToolParser: parser,
 		Config: cfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g, Trainer: parts.tr,
-		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
+		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describeAll(),
 		Fence: parts.fence, GenBoundsCalls: parts.boundsCalls,
 		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress, FS: fs,
 	})

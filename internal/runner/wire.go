@@ -25,15 +25,17 @@ import (
 // parts are the generator and trainer a run drives, with how weights flow
 // from one to the other.
 type parts struct {
-	gen         gen.Generator
-	tr          train.Trainer
-	publish     func(ctx context.Context, version int64) error
-	warmStart   func(ctx context.Context) error
-	describe    func() string     // what generation waits on, for the stall watchdog
-	fence       controller.Fencer // the generator's version fence (openai servers)
-	boundsCalls bool              // the generator bounds each request by call_timeout_s itself
-	close       func()
-	queues      map[string]func() float64 // queue depths for the Prometheus gauges
+	gen       gen.Generator
+	tr        train.Trainer
+	publish   func(ctx context.Context, version int64) error
+	warmStart func(ctx context.Context) error
+	describe  func() string // what generation waits on, for the stall watchdog
+	// describeTrainer says whether the run waits on a remote trainer.
+	describeTrainer func() string
+	fence           controller.Fencer // the generator's version fence (openai servers)
+	boundsCalls     bool              // the generator bounds each request by call_timeout_s itself
+	close           func()
+	queues          map[string]func() float64 // queue depths for the Prometheus gauges
 }
 
 // wire builds the generator and trainer the config names. The controller
@@ -73,7 +75,8 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 	case "remote":
 		// The trainer process initialises (and warm-starts) its own model
 		// from the same config: `longhaul serve-trainer --config ...`.
-		p.tr = remote.New(cfg.Trainer.URL, remote.Options{MaxOutage: time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))})
+		rc := remote.New(cfg.Trainer.URL, remote.Options{MaxOutage: time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))})
+		p.tr, p.describeTrainer = rc, rc.Describe
 	default:
 		return nil, fmt.Errorf("runner: trainer.kind %q", cfg.Trainer.Kind)
 	}
@@ -168,6 +171,19 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		return nil, fmt.Errorf("runner: generator.kind %q", cfg.Generator.Kind)
 	}
 	return p, nil
+}
+
+// describeAll joins what generation and a remote trainer wait on (nil
+// when neither says anything).
+func (p *parts) describeAll() func() string {
+	g, t := p.describe, p.describeTrainer
+	switch {
+	case g == nil:
+		return t
+	case t == nil:
+		return g
+	}
+	return func() string { return g() + "; " + t() }
 }
 
 func writeAtomic(path string, b []byte) error {

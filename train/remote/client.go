@@ -88,6 +88,10 @@ type Client struct {
 
 	mu    sync.Mutex
 	known int64 // the trainer's step as last reported, -1 before any report
+	// awaySince is when the trainer became unreachable (zero while it
+	// answers), awayErr the last failure: the stall watchdog's line.
+	awaySince time.Time
+	awayErr   error
 }
 
 var _ train.Trainer = (*Client)(nil)

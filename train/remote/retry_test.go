@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,5 +103,39 @@ func TestExportToRestartedTrainerRefused(t *testing.T) {
 	var re *RestartedError
 	if !errors.As(err, &re) || !errors.Is(err, train.ErrStateLost) || re.Got != 0 {
 		t.Fatalf("export from a restarted trainer: %v", err)
+	}
+}
+
+// TestDescribeNamesAwayTrainer: while a call waits for an unreachable
+// trainer, Describe (the stall watchdog's line) names it; once it
+// answers again, it says so.
+func TestDescribeNamesAwayTrainer(t *testing.T) {
+	f := &fakeTrainer{}
+	var down atomic.Bool
+	ts := flaky(Handler(f), &down)
+	defer ts.Close()
+	c := New(ts.URL, Options{MinBackoff: 10 * time.Millisecond, MaxOutage: 5 * time.Second})
+	if _, err := c.State(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TrainStep(t.Context(), train.Batch{Loss: train.LossPG, Rows: testBatch().Rows[1:2]})
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(c.Describe(), "waiting on trainer "+ts.URL+": unreachable") {
+		if time.Now().After(deadline) {
+			t.Fatalf("Describe() = %q while the trainer is away", c.Describe())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	down.Store(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Describe(); d != "trainer "+ts.URL+" reachable" {
+		t.Fatalf("Describe() = %q after the trainer came back", d)
 	}
 }
