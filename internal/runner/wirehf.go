@@ -41,6 +41,7 @@ func wireHF(ctx context.Context, cfg *config.Config, _ string, _ *slog.Logger, o
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
+	tr.SetFS(opts.FS)
 	p.tr = tr
 	eg := gembedded.NewHF(m.Clone(), 0)
 	bctx, stop := context.WithCancel(ctx)

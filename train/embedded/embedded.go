@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/train"
 )
@@ -31,6 +33,39 @@ type Trainer struct {
 	pg      model.LossConfig
 	sft     model.LossConfig
 	version int64
+	fs      storage.FS // nil: the OS
+}
+
+// SetFS routes the trainer's checkpoint files through fs (the run's
+// storage seam, so tests can make a checkpoint write fail).
+func (t *Trainer) SetFS(fs storage.FS) { t.fs = fs }
+
+func (t *Trainer) storage() storage.FS {
+	if t.fs == nil {
+		return storage.OS
+	}
+	return t.fs
+}
+
+// saveState writes the optimizer state and the version into dir through fs.
+func saveState(fs storage.FS, dir string, save func(io.Writer) error, version int64) error {
+	f, err := fs.OpenFile(filepath.Join(dir, StateFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	if err := save(w); err != nil {
+		f.Close()
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
+	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
+	b, _ := json.Marshal(meta{Version: version})
+	if err := storage.PutFile(fs, filepath.Join(dir, MetaFile), b); err != nil {
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
+	return nil
 }
 
 // New wraps a model trainer.
@@ -83,26 +118,18 @@ type meta struct {
 }
 
 // SaveCheckpoint implements train.Trainer: weights (safetensors + config.json),
-// optimizer state and the version, written plainly: the checkpoint writer
-// (internal/ckpt) fsyncs the directory's files and publishes it by rename.
+// optimizer state and the version, written plainly through the storage
+// seam: the checkpoint writer (internal/ckpt) fsyncs the directory's files
+// and publishes it by rename.
 func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
-	if err := t.t.Model().WriteFiles(filepath.Join(dir, WeightsFile)); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, StateFile))
+	fs := t.storage()
+	err := t.t.Model().WriteFilesWith(filepath.Join(dir, WeightsFile), func(p string, b []byte) error {
+		return storage.PutFile(fs, p, b)
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("embedded trainer: %w", err)
 	}
-	w := bufio.NewWriter(f)
-	if err := t.t.SaveState(w); err != nil {
-		f.Close()
-		return err
-	}
-	if err := errors.Join(w.Flush(), f.Close()); err != nil {
-		return err
-	}
-	b, _ := json.Marshal(meta{Version: t.version})
-	return os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644)
+	return saveState(fs, dir, t.t.SaveState, t.version)
 }
 
 // LoadCheckpoint implements train.Trainer.

@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/train"
@@ -24,6 +24,17 @@ type HFTrainer struct {
 	oc      model.OptimConfig
 	pg, sft model.LossConfig
 	version int64
+	fs      storage.FS // nil: the OS; the HF directory itself is written by llama.SaveDir
+}
+
+// SetFS routes the optimizer state and version files through fs.
+func (t *HFTrainer) SetFS(fs storage.FS) { t.fs = fs }
+
+func (t *HFTrainer) storage() storage.FS {
+	if t.fs == nil {
+		return storage.OS
+	}
+	return t.fs
 }
 
 // NewHF wraps a llama trainer.
@@ -73,20 +84,7 @@ func (t *HFTrainer) SaveCheckpoint(_ context.Context, dir string) error {
 	if err := t.t.Model().SaveDir(dir, llama.SaveOptions{}); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(dir, StateFile))
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	if err := t.t.SaveState(w); err != nil {
-		f.Close()
-		return err
-	}
-	if err := errors.Join(w.Flush(), f.Close()); err != nil {
-		return err
-	}
-	b, _ := json.Marshal(meta{Version: t.version})
-	return os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644)
+	return saveState(t.storage(), dir, t.t.SaveState, t.version)
 }
 
 // LoadCheckpoint implements train.Trainer.
