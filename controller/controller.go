@@ -25,6 +25,7 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
@@ -70,6 +71,16 @@ type Options struct {
 	// ToolParser reads its replies (tokenizer.tool_parser).
 	Chat       lhtok.Chat
 	ToolParser toolcall.Parser
+	// Fence, when set, is told the versions a call may be answered by
+	// (fence.go); nil for generators that cannot serve stale weights.
+	Fence Fencer
+	// GenBoundsCalls says the generator puts rollout_failure.call_timeout_s
+	// on each request to a server itself (gen/openai), so the controller
+	// does not put it around the whole call, which also holds the wait
+	// for a server through an outage (up to rollout_failure.max_outage_s).
+	GenBoundsCalls bool
+	// FS is the storage seam checkpoints are written through (nil: the OS).
+	FS storage.FS
 }
 
 // Progress is what the progress display shows after each step.
@@ -129,6 +140,9 @@ func New(o Options) (*Controller, error) {
 		o.Config.Checkpointing.Enabled && o.Config.Checkpointing.SavePeriod <= 0 {
 		return nil, errors.New("controller: config not built from a validated run config (config.Controller)")
 	}
+	if o.FS == nil {
+		o.FS = storage.OS
+	}
 	order, err := data.NewOrder(o.Dataset, o.Config.Run.Seed, o.Config.Shuffle)
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
@@ -162,10 +176,15 @@ func (c *Controller) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.restore(ctx); err != nil {
+	if err := c.restoreRecovering(ctx); err != nil {
 		return err
 	}
-	return c.loop(ctx)
+	return c.runRecovering(ctx)
 }
 
-func (c *Controller) setVersion(v int64) { c.version.Store(v) }
+// setVersion records the version the generator now serves and, in
+// deterministic mode, fences the generator to it (fence.go).
+func (c *Controller) setVersion(v int64) {
+	c.version.Store(v)
+	c.fence(v)
+}

@@ -63,11 +63,11 @@ func (c *Controller) checkDropCaps() error {
 	})
 	switch {
 	case data > rf.MaxSkippedPrompts:
-		return fmt.Errorf("%w: %d prompts dropped after data failures, more than rollout_failure.max_skipped_prompts (%d); the last was group %s (`longhaul inspect RUN_DIR rollout %s-0` shows its attempts)",
-			ErrTooManyDropped, data, rf.MaxSkippedPrompts, lastData, lastData)
+		return fmt.Errorf("%w: %d prompts dropped after data failures, more than rollout_failure.max_skipped_prompts (%d); the last was group %s (`longhaul inspect RUN_DIR rollout %s-0` shows its attempts)%s",
+			ErrTooManyDropped, data, rf.MaxSkippedPrompts, lastData, lastData, c.capHint("max_skipped_prompts", data))
 	case worst > rf.MaxConsecutiveDroppedPrompts:
-		return fmt.Errorf("%w: %d prompts dropped after infra failures in a row, more than rollout_failure.max_consecutive_dropped_prompts (%d); the last was group %s",
-			ErrTooManyDropped, worst, rf.MaxConsecutiveDroppedPrompts, lastInfra)
+		return fmt.Errorf("%w: %d prompts dropped after infra failures in a row, more than rollout_failure.max_consecutive_dropped_prompts (%d); the last was group %s%s",
+			ErrTooManyDropped, worst, rf.MaxConsecutiveDroppedPrompts, lastInfra, c.capHint("max_consecutive_dropped_prompts", worst))
 	}
 	return nil
 }

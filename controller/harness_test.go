@@ -182,7 +182,11 @@ func newHarness(t testing.TB, cfg *config.Config) *harness {
 
 // run builds a controller on the reopened log and runs it until it ends or
 // crash (a context cause) stops it. It returns Run's error.
-func (h *harness) run(ctx context.Context) error {
+func (h *harness) run(ctx context.Context) error { return h.runWith(ctx, h.tr) }
+
+// runWith is run with tr in place of the harness's trainer (which it
+// must wrap: the harness resets h.tr to the initial policy).
+func (h *harness) runWith(ctx context.Context, tr train.Trainer) error {
 	l, err := runlog.Open(context.Background(), h.dir, runlog.Options{})
 	if err != nil {
 		h.t.Fatal(err)
@@ -195,7 +199,7 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	defer mw.Close()
 	c, err := New(Options{Config: *ctl(h.t, h.cfg), RunDir: h.dir, Log: l, Dataset: h.ds, Envs: h.reg, Generator: h.gen,
-		Trainer: h.tr, Publish: func(_ context.Context, v int64) error { h.published.Store(v); return nil }, Metrics: mw})
+		Trainer: tr, Publish: func(_ context.Context, v int64) error { h.published.Store(v); return nil }, Metrics: mw})
 	if err != nil {
 		h.t.Fatal(err)
 	}

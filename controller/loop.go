@@ -17,6 +17,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/train"
 )
 
 // effect names what a goroutine of the loop did.
@@ -65,6 +66,24 @@ func (c *Controller) loop(ctx context.Context) error {
 	}
 	in := Input{Running: map[runlog.GroupID]bool{}}
 	var genSince time.Time
+	// note records that an effect ended: it is no longer in flight.
+	note := func(r ended) {
+		switch r.kind {
+		case effGroup:
+			delete(in.Running, r.group)
+			if len(in.Running) == 0 {
+				c.genTime.Add(int64(c.now().Sub(genSince)))
+				genSince = time.Time{}
+			}
+		case effTrain:
+			in.Training = false
+			c.stepMetrics = r.ms
+		case effCheckpoint:
+			in.Training = false
+		case effSnapshot:
+			in.Snapshotting = false
+		}
+	}
 	c.planner.start(c.now())
 	for {
 		in.Now, in.Served = c.now(), c.version.Load()
@@ -94,24 +113,13 @@ func (c *Controller) loop(ctx context.Context) error {
 		}
 		select {
 		case r := <-done:
-			switch r.kind {
-			case effGroup:
-				delete(in.Running, r.group)
-				if len(in.Running) == 0 {
-					c.genTime.Add(int64(c.now().Sub(genSince)))
-					genSince = time.Time{}
-				}
-			case effTrain:
-				in.Training = false
-				c.stepMetrics = r.ms
-			case effCheckpoint:
-				in.Training = false
-			case effSnapshot:
-				in.Snapshotting = false
-			}
+			note(r)
 			if r.err != nil {
 				if ctx.Err() != nil {
 					return context.Cause(ctx)
+				}
+				if errors.Is(r.err, train.ErrStateLost) {
+					return c.drain(ctx, r.err, done, &in, note)
 				}
 				return r.err
 			}
@@ -120,6 +128,27 @@ func (c *Controller) loop(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// drain lets the effects in flight end on their own before the loop
+// returns the trainer's lost state (err) to runRecovering, which restores
+// the trainer and starts the loop again: generation in flight (throughput
+// mode) finishes and is logged, so no call is generated twice, and no
+// effect of this loop runs beside the next one. An effect that fails
+// otherwise while draining stops the run with its own error.
+func (c *Controller) drain(ctx context.Context, err error, done <-chan ended, in *Input, note func(ended)) error {
+	for len(in.Running) > 0 || in.Training || in.Snapshotting {
+		select {
+		case r := <-done:
+			note(r)
+			if r.err != nil && !errors.Is(r.err, train.ErrStateLost) {
+				return r.err
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return err
 }
 
 // tickEvery is how often the loop wakes without an effect ending: for the

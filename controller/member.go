@@ -73,7 +73,7 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		c.evMu.Unlock()
 		actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
 		cctx, ccancel := context.WithCancelCause(actx)
-		ct := newCallTimer(seconds(rf.CallTimeoutS), ccancel)
+		ct := c.attemptTimer(ccancel)
 		_, err = rollout.Run(cctx, c.spec(g, id, attempt, task, ct), prior)
 		ct.close()
 		ccancel(nil)
@@ -181,6 +181,17 @@ func RolloutSpec(cfg *Config, reg *env.Registry, task env.Task, id runlog.Rollou
 		Compaction:   cfg.Compaction,
 		MaxResamples: cfg.Rollout.MaxResamples,
 	}
+}
+
+// attemptTimer is the call timer of one attempt: nil (no deadline put on
+// calls here) when the generator bounds its requests itself
+// (Options.GenBoundsCalls), so an outage is waited out by the generator
+// instead of failing each call at rollout_failure.call_timeout_s.
+func (c *Controller) attemptTimer(cancel context.CancelCauseFunc) *callTimer {
+	if c.o.GenBoundsCalls {
+		return nil
+	}
+	return newCallTimer(seconds(c.cfg.RolloutFailure.CallTimeoutS), cancel)
 }
 
 // countingGen counts generated tokens for the tokens/s figure and puts

@@ -51,6 +51,9 @@ func (c *Controller) restore(ctx context.Context) error {
 			}
 		}
 	}
+	if err := c.syncTrainer(ctx, from); err != nil {
+		return err
+	}
 	if from < logged {
 		c.log.Info("rewinding trained steps the newest checkpoint does not cover", "from", logged, "to", from)
 		if _, err := c.o.Log.Append(ctx, runlog.Rewound{Step: from, Version: from}); err != nil {
@@ -75,7 +78,7 @@ func (c *Controller) restore(ctx context.Context) error {
 // applies retention.
 func (c *Controller) checkpoint(ctx context.Context, k int64, metric *float64) error {
 	cp := c.cfg.Checkpointing
-	path, digest, err := ckpt.Write(c.ckptDir(), ckpt.Manifest{Step: k, Version: k, Metric: metric}, func(dir string) error {
+	path, digest, err := ckpt.WriteFS(c.o.FS, c.ckptDir(), ckpt.Manifest{Step: k, Version: k, Metric: metric}, func(dir string) error {
 		if err := c.o.Trainer.SaveCheckpoint(ctx, dir); err != nil {
 			return err
 		}

@@ -81,10 +81,13 @@ type Input struct {
 
 // memory is the little the planner remembers between Readies, all of it
 // about the clock: when the log last moved, when the watchdog last
-// warned, when the last snapshot was due.
+// warned, when the last snapshot was due (and the log's length then).
 type memory struct {
 	seen                       uint64
 	progress, warned, snapshot time.Time
+	// snapApplied is the event count the log reaches with the last
+	// snapshot's own record: while it is unchanged no snapshot is due.
+	snapApplied uint64
 }
 
 // plan decides the next Ready. It is pure: no I/O, no clock (the time is
@@ -99,7 +102,15 @@ func plan(st *runlog.State, cfg *Config, order *data.Order, in Input, mem memory
 	rd := Ready{mem: mem}
 	rd.mem, rd.Stall = watch(mem, st.Applied, in.Now, durationS(cfg.RolloutFailure.StallTimeoutS))
 	if iv := durationS(cfg.SnapshotIntervalS); iv > 0 && !in.Snapshotting && in.Now.Sub(mem.snapshot) >= iv {
-		rd.Snapshot, rd.mem.snapshot = true, in.Now
+		rd.mem.snapshot = in.Now
+		// Nothing new since the last snapshot: another would cost a write
+		// for nothing, and its SnapshotWritten record would look like
+		// progress to the watchdog through an outage. The log then holds
+		// exactly one event more than when the last one was due, its own
+		// record (a failed snapshot leaves none, and is tried again).
+		if st.Applied != mem.snapApplied {
+			rd.Snapshot, rd.mem.snapApplied = true, st.Applied+1
+		}
 	}
 	k, last := st.Step+1, int64(cfg.Run.MaxSteps)
 	deterministic := !cfg.Run.Throughput()

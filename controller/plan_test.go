@@ -28,7 +28,8 @@ import (
 // advanced); checkpoint step=N; admit step=N;
 // start; finish-call r=G/M [n=K]; seal r=G/M; fail-call r=G/M
 // class=infra|data [diverged]; drop g=G; retry g=G; commit g=G;
-// train step=N; seal-all step=N; crash; resume; stabilize step=N; epoch; stale step=N lag=L.
+// train step=N; seal-all step=N; crash; resume; stabilize step=N; epoch; stale step=N lag=L;
+// snapshot-written.
 // G is a group's index in admission order.
 
 var rewrite = flag.Bool("rewrite", false, "rewrite testdata/plan expected outputs")
@@ -270,6 +271,9 @@ func (sc *scenario) do(line string) string {
 		fmt.Fprintf(&b, "launch: [%s]", sc.names(launch))
 	case "ready":
 		return sc.ready(a)
+	case "snapshot-written":
+		// The snapshot effect's own record, as Log.Snapshot appends it.
+		sc.emit(&b, runlog.SnapshotWritten{Offset: sc.st.Applied, Path: "snap"})
 	case "checkpoint":
 		step, _ := strconv.ParseInt(a["step"], 10, 64)
 		sc.emit(&b, runlog.CheckpointDurable{Step: step, Version: step, Path: fmt.Sprint("checkpoints/", step)})

@@ -6,12 +6,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/train"
 )
 
 // trainStep is the effect that trains step k: it reads the step's groups
@@ -35,6 +37,10 @@ func (c *Controller) trainStep(ctx context.Context, k int64) (metrics.Step, erro
 		}
 	}
 	sp, err := stepBatch(k, events, all, c.cfg)
+	if se := (*shrunkError)(nil); errors.As(err, &se) {
+		// Say which key to change and how to resume with it (hints.go).
+		return metrics.Step{}, fmt.Errorf("%w%s", err, c.shrinkHint(k, se.left, all))
+	}
 	if err != nil {
 		return metrics.Step{}, err
 	}
@@ -47,7 +53,7 @@ func (c *Controller) trainStep(ctx context.Context, k int64) (metrics.Step, erro
 	trainDur := c.now().Sub(tt)
 	c.o.Crash("train.after")
 	if stats.Version != k {
-		return metrics.Step{}, fmt.Errorf("controller: step %d: trainer published version %d (trainer and run log disagree)", k, stats.Version)
+		return metrics.Step{}, fmt.Errorf("controller: step %d: trainer published version %d (trainer and run log disagree): %w", k, stats.Version, train.ErrStateLost)
 	}
 	if _, err := c.o.Log.Append(ctx, runlog.StepTrained{Step: k, Groups: sp.ids, Version: stats.Version}); err != nil {
 		return metrics.Step{}, err

@@ -60,8 +60,7 @@ func stepBatch(k int64, events map[runlog.RolloutID][]runlog.Event, groups []*ru
 	// A step that holds only retried groups (its own prompts ran out at
 	// run.max_epochs) trains what it has.
 	if need := int(math.Ceil(cfg.RolloutFailure.MinStepBatchFraction * float64(P))); len(sp.trained) < max(1, need) && (fresh > 0 || len(sp.trained) == 0) {
-		return stepPlan{}, fmt.Errorf("controller: step %d has %d of %d groups left after %d were dropped, fewer than rollout_failure.min_step_batch_fraction (%g) allows",
-			k, len(sp.trained), P, len(sp.dropList), cfg.RolloutFailure.MinStepBatchFraction)
+		return stepPlan{}, &shrunkError{step: k, left: len(sp.trained), of: P, dropped: len(sp.dropList), frac: cfg.RolloutFailure.MinStepBatchFraction}
 	}
 	lag := int64(cfg.Run.MaxLag)
 	ags := make([]advantage.Group, 0, len(sp.trained))
@@ -107,4 +106,18 @@ func stepBatch(k int64, events map[runlog.RolloutID][]runlog.Event, groups []*ru
 	}
 	sp.batch, sp.counts = b, counts
 	return sp, nil
+}
+
+// shrunkError is stepBatch's refusal of a step that shrank below
+// rollout_failure.min_step_batch_fraction; trainStep adds how to go on
+// (shrinkHint), which names the run directory.
+type shrunkError struct {
+	step              int64
+	left, of, dropped int
+	frac              float64
+}
+
+func (e *shrunkError) Error() string {
+	return fmt.Sprintf("controller: step %d has %d of %d groups left after %d were dropped, fewer than rollout_failure.min_step_batch_fraction (%g) allows",
+		e.step, e.left, e.of, e.dropped, e.frac)
 }

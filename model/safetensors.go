@@ -90,6 +90,12 @@ func (m *Model) WriteFiles(path string) error {
 	})
 }
 
+// WriteFilesWith is WriteFiles with each file (the safetensors, then
+// config.json beside it) written by write: a caller's storage seam.
+func (m *Model) WriteFilesWith(path string, write func(path string, b []byte) error) error {
+	return m.writeFiles(path, write)
+}
+
 func (m *Model) writeFiles(path string, write func(string, []byte) error) error {
 	st, err := m.EncodeSafetensors()
 	if err != nil {

@@ -4,7 +4,17 @@
 // implementation of the trainer protocol over HTTP.
 package train
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// ErrStateLost is in the chain of an error that means the trainer is not
+// in the state the run log says it is: it restarted (a remote trainer came
+// back at another step) or applied a step the caller did not expect. The
+// controller answers it as it answers its own crash: it loads the newest
+// durable checkpoint into the trainer and rewinds through the log.
+var ErrStateLost = errors.New("trainer state lost")
 
 // Row is one training row (one segment). All slices have len(Tokens)
 // entries; entry i describes token i, which is predicted from Tokens[:i].

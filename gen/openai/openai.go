@@ -459,6 +459,9 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 			if lastErr == nil {
 				lastErr = &Error{Class: ClassInfra, Err: errors.New("no generation server is up to date and up")}
 			}
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("the call ended (%w) after waiting %v for a server: %w", ctx.Err(), time.Since(outage).Round(time.Second), lastErr)
+			}
 			return nil, fmt.Errorf("no server for %v (rollout_failure.max_outage_s): %w", time.Since(outage).Round(time.Second), lastErr)
 		}
 		tried[b] = true
@@ -469,9 +472,16 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 		}
 		c.release(b, answered)
 		var e0 *Error
-		if answered && errors.As(err, &e0) && (e0.Status == http.StatusServiceUnavailable || errors.Is(err, ErrVersion)) {
-			// Loading, overloaded or stale: not this call's fault; try
-			// another server or wait for one.
+		if answered && errors.Is(err, ErrVersion) {
+			// Stale (a restart's initial weights): reachable, so not down
+			// with a backoff; checkServed took it out of the rotation and
+			// the prober re-publishes to it at its next round.
+			lastErr = err
+			continue
+		}
+		if answered && errors.As(err, &e0) && e0.Status == http.StatusServiceUnavailable {
+			// Loading or overloaded: not this call's fault; try another
+			// server or wait for one.
 			c.markDown(b, err)
 			lastErr = err
 			continue

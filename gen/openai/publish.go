@@ -51,14 +51,31 @@ func (c *Client) Publish(ctx context.Context, path string, v int64) error {
 	c.upd.Lock()
 	defer c.upd.Unlock()
 	c.published(path, v)
+	var outage time.Time
 	failed := map[string]error{}
-	for _, b := range c.backends {
-		if err := c.reload(ctx, b, path, v); err != nil {
-			failed[b.url] = err
+	for {
+		clear(failed)
+		for _, b := range c.backends {
+			if err := c.reload(ctx, b, path, v); err != nil {
+				failed[b.url] = err
+			}
 		}
-	}
-	if len(failed) == len(c.backends) {
-		return &PublishError{Version: v, Failed: failed}
+		if len(failed) < len(c.backends) {
+			break
+		}
+		// No server reachable (all restarting): an outage, waited out up
+		// to MaxOutage as a call's is, not a failed publish.
+		if !allUnreachable(failed) {
+			return &PublishError{Version: v, Failed: failed}
+		}
+		if outage.IsZero() {
+			outage = time.Now()
+			c.log.Warn("no generation server reachable to publish to; waiting (rollout_failure.max_outage_s)",
+				"version", v, "servers", c.urls())
+		}
+		if !c.waitForServer(ctx, outage) {
+			return &PublishError{Version: v, Failed: failed}
+		}
 	}
 	for u, err := range failed {
 		c.log.Warn("weights not published to a server; it gets no calls until it is caught up", "server", u, "version", v, "err", err)
@@ -210,4 +227,25 @@ func (c *Client) waitForServer(ctx context.Context, since time.Time) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// allUnreachable reports whether every failure is a server that could not
+// be reached at all (refused, reset, unknown host) or answered 503.
+func allUnreachable(failed map[string]error) bool {
+	for _, err := range failed {
+		var e *Error
+		if !isUnreachable(err) && !(errors.As(err, &e) && e.Status == http.StatusServiceUnavailable) {
+			return false
+		}
+	}
+	return true
+}
+
+// urls lists the servers' base URLs, for messages.
+func (c *Client) urls() []string {
+	out := make([]string, len(c.backends))
+	for i, b := range c.backends {
+		out[i] = b.url
+	}
+	return out
 }

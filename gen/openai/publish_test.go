@@ -92,3 +92,37 @@ func TestExpectFencesCalls(t *testing.T) {
 		t.Fatalf("within the window: %v", err)
 	}
 }
+
+// TestPublishWaitsOutOutage: a publish while the only server is away (a
+// restart) waits for it, up to MaxOutage, instead of failing the run; the
+// server that comes back confirms the version.
+func TestPublishWaitsOutOutage(t *testing.T) {
+	fa := server.NewFake(1)
+	sa, _ := server.New(fa.Backend("tinylm"), server.Options{})
+	a := &killable{h: sa}
+	a.start(t)
+	c := newClient(t, []string{"http://" + a.addr}, Options{MaxOutage: 10 * time.Second})
+	a.kill()
+	// The restarted server (its reload bumps the fake's version to 3).
+	fa2 := server.NewFake(2)
+	sa2, _ := server.New(fa2.Backend("tinylm"), server.Options{})
+	a2 := &killable{h: sa2, addr: a.addr}
+	t.Cleanup(func() { a2.kill() })
+	back := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		a2.start(t)
+		close(back)
+	}()
+	t0 := time.Now()
+	if err := c.Publish(t.Context(), "/weights", 3); err != nil {
+		t.Fatalf("publish across a 300ms outage: %v", err)
+	}
+	<-back
+	if d := time.Since(t0); d < 250*time.Millisecond {
+		t.Fatalf("publish returned after %v, before the server was back", d)
+	}
+	if v := c.ServedVersion("http://" + a.addr); v != 3 {
+		t.Fatalf("the server that came back serves version %d, want 3", v)
+	}
+}

@@ -6,7 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
 // LockFile is the file in a run directory whose flock marks the one process
@@ -19,34 +20,39 @@ const LockFile = "lock"
 var ErrLocked = errors.New("run directory in use")
 
 // DirLock is a held run-directory lock.
-type DirLock struct{ f *os.File }
+type DirLock struct {
+	fs   storage.FS
+	path string
+	f    storage.File
+}
 
-// Lock takes the exclusive lock on dir without waiting. When another
-// process holds it, the error names that process's PID and host (as it
-// wrote them into the lock file).
-func Lock(dir string) (*DirLock, error) {
-	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("runner: lock: %w", err)
+// Lock takes the exclusive lock on dir without waiting, through the
+// storage seam (fs; nil is the OS). When another process holds it, the
+// error names that process's PID and host (as it wrote them into the lock
+// file).
+func Lock(fs storage.FS, dir string) (*DirLock, error) {
+	if fs == nil {
+		fs = storage.OS
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder := "an unknown process"
-		if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
-			holder = strings.TrimSpace(string(b))
-		}
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+	path := filepath.Join(dir, LockFile)
+	f, err := fs.Lock(path)
+	if err != nil {
+		if errors.Is(err, storage.ErrLocked) {
+			holder := "an unknown process"
+			if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+				holder = strings.TrimSpace(string(b))
+			}
 			return nil, fmt.Errorf("runner: %s: %w by %s (one writer per run; wait for it to exit or stop it)", dir, ErrLocked, holder)
 		}
-		return nil, fmt.Errorf("runner: lock %s: %w", path, err)
+		return nil, fmt.Errorf("runner: lock: %w", err)
 	}
 	host, _ := os.Hostname()
-	// The holder's identity is informational only: the flock is the lock.
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d on host %s\n", os.Getpid(), host)), 0)
+	// The holder's identity is informational only: the flock is the lock,
+	// so a failure to write it (a full disk) does not stop the run.
+	if err := fs.Truncate(path, 0); err == nil {
+		_, _ = f.Write([]byte(fmt.Sprintf("pid %d on host %s\n", os.Getpid(), host)))
 	}
-	return &DirLock{f: f}, nil
+	return &DirLock{fs: fs, path: path, f: f}, nil
 }
 
 // Unlock releases the lock. The file stays: removing it would let a third
@@ -55,9 +61,8 @@ func (l *DirLock) Unlock() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	_ = l.f.Truncate(0)
-	err := syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
-	err = errors.Join(err, l.f.Close())
+	_ = l.fs.Truncate(l.path, 0)
+	err := l.f.Close() // closing the descriptor releases the flock
 	l.f = nil
 	return err
 }

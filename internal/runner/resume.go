@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -24,48 +25,31 @@ func configCopyPath(dir string, d [32]byte) string {
 }
 
 // saveConfigCopy writes cfg under configs/ durably (fsync'd file, rename,
-// fsync'd directory) before the log names its digest.
-func saveConfigCopy(dir string, cfg *config.Config) error {
+// fsync'd directory), through the storage seam, before the log names its
+// digest.
+func saveConfigCopy(fs storage.FS, dir string, cfg *config.Config) error {
 	b, err := config.Marshal(cfg)
 	if err != nil {
 		return err
 	}
 	sub := filepath.Join(dir, ConfigsDir)
-	if err := os.MkdirAll(sub, 0o755); err != nil {
+	if err := fs.MkdirAll(sub, 0o755); err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}
 	path := configCopyPath(dir, config.Digest(cfg))
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("runner: %w", err)
-	}
-	_, err = f.Write(b)
+	err = storage.WriteFile(fs, tmp, b)
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+		err = fs.Rename(tmp, path)
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(sub)
+		err = fs.SyncDir(sub)
 	}
 	if err != nil {
+		fs.Remove(tmp)
 		return fmt.Errorf("runner: store config: %w", err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // loggedConfig returns the config whose digest the log holds: the copy in
@@ -131,8 +115,8 @@ func resumeConfig(rl *runlog.Log, dir string, cfg *config.Config, opts Options) 
 // recordConfig makes cfg the run's config: a copy under configs/ before
 // the log names it, then (on a resume with allowed changes) ConfigChanged,
 // then the readable config.yaml.
-func recordConfig(ctx context.Context, rl *runlog.Log, dir string, cfg *config.Config, changes []string, log *slog.Logger) error {
-	if err := saveConfigCopy(dir, cfg); err != nil {
+func recordConfig(ctx context.Context, fs storage.FS, rl *runlog.Log, dir string, cfg *config.Config, changes []string, log *slog.Logger) error {
+	if err := saveConfigCopy(fs, dir, cfg); err != nil {
 		return err
 	}
 	if len(changes) > 0 {
@@ -141,7 +125,7 @@ func recordConfig(ctx context.Context, rl *runlog.Log, dir string, cfg *config.C
 		}
 		log.Warn("resuming with a changed config", "changes", changes)
 	}
-	return storeConfig(cfg, dir)
+	return storeConfig(fs, cfg, dir)
 }
 
 // withRecoveryChoices adds what a user can do about a damaged run log: the

@@ -22,6 +22,7 @@ import (
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/internal/promtrain"
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/internal/tb"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
@@ -72,6 +73,10 @@ type Options struct {
 	OnConfig func(*config.Config)
 	// Envs replaces the built-in environment registry.
 	Envs *env.Registry
+	// FS is the storage seam the run's durable writes go through: the log,
+	// checkpoints (and the embedded trainer's files in them), the stored
+	// configs and the run lock. nil is the OS; tests inject faults.
+	FS storage.FS
 }
 
 // ErrConfigMismatch is returned when a resumed run's config differs from the
@@ -96,7 +101,11 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	// One writer per run: two processes appending to one log would
 	// interleave records and leave it unreadable.
-	lock, err := Lock(dir)
+	fs := opts.FS
+	if fs == nil {
+		fs = storage.OS
+	}
+	lock, err := Lock(fs, dir)
 	if err != nil {
 		return err
 	}
@@ -107,7 +116,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	// The config is stored only once the run can start, so a first attempt
 	// that fails on bad input (a missing dataset, say) can be retried with
 	// the fix in the same run directory.
-	lo := runlog.Options{Logger: log, Hook: opts.Crash}
+	lo := runlog.Options{Logger: log, Hook: opts.Crash, FS: fs}
 	if opts.Observe != nil {
 		lo.OnAppend = opts.Observe.ObserveLogAppend
 	}
@@ -186,13 +195,14 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	c, err := controller.New(controller.Options{
 		Chat: chat, ToolParser: parser,
 		Config: ccfg, RunDir: dir, Log: rl, Dataset: ds, Envs: reg, Generator: g, Trainer: parts.tr,
-		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describe,
-		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress,
+		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describeAll(),
+		Fence: parts.fence, GenBoundsCalls: parts.boundsCalls,
+		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress, FS: fs,
 	})
 	if err != nil {
 		return err
 	}
-	if err := recordConfig(ctx, rl, dir, cfg, changes, log); err != nil {
+	if err := recordConfig(ctx, fs, rl, dir, cfg, changes, log); err != nil {
 		return err
 	}
 	if opts.Observe != nil {
@@ -222,18 +232,19 @@ func PlotRun(dir string) error {
 	return metrics.Plot(steps, "longhaul: "+filepath.Base(dir), filepath.Join(dir, CurveFile))
 }
 
-// storeConfig writes cfg as the run directory's config.
-func storeConfig(cfg *config.Config, dir string) error {
+// storeConfig writes cfg as the run directory's readable config.yaml
+// (the copy under configs/ is the one a resume trusts).
+func storeConfig(fs storage.FS, cfg *config.Config, dir string) error {
 	path := filepath.Join(dir, ConfigFile)
 	b, err := config.Marshal(cfg)
 	if err != nil {
 		return err
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := storage.PutFile(fs, tmp, b); err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return fs.Rename(tmp, path)
 }
 
 // Dataset returns the prompts the config names.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
@@ -29,8 +30,12 @@ type parts struct {
 	publish   func(ctx context.Context, version int64) error
 	warmStart func(ctx context.Context) error
 	describe  func() string // what generation waits on, for the stall watchdog
-	close     func()
-	queues    map[string]func() float64 // queue depths for the Prometheus gauges
+	// describeTrainer says whether the run waits on a remote trainer.
+	describeTrainer func() string
+	fence           controller.Fencer // the generator's version fence (openai servers)
+	boundsCalls     bool              // the generator bounds each request by call_timeout_s itself
+	close           func()
+	queues          map[string]func() float64 // queue depths for the Prometheus gauges
 }
 
 // wire builds the generator and trainer the config names. The controller
@@ -66,6 +71,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		if local, err = tembedded.New(m, OptimConfig(cfg), LossConfig(cfg)); err != nil {
 			return nil, fmt.Errorf("runner: %w", err)
 		}
+		local.SetFS(opts.FS) // checkpoint files through the run's storage seam
 		p.tr = local
 		p.warmStart = func(ctx context.Context) error {
 			return WarmStartProgress(ctx, cfg, reg, local.Model(), log, opts.WarmStartProgress)
@@ -73,7 +79,8 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 	case "remote":
 		// The trainer process initialises (and warm-starts) its own model
 		// from the same config: `longhaul serve-trainer --config ...`.
-		p.tr = remote.New(cfg.Trainer.URL, remote.Options{MaxOutage: time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))})
+		rc := remote.New(cfg.Trainer.URL, remote.Options{MaxOutage: time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))})
+		p.tr, p.describeTrainer = rc, rc.Describe
 	default:
 		return nil, fmt.Errorf("runner: trainer.kind %q", cfg.Trainer.Kind)
 	}
@@ -145,8 +152,9 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 				return out
 			})
 		}
-		p.gen, p.close = oc, oc.Close
-		p.describe = func() string { return fmt.Sprintf("servers %+v", oc.Status()) }
+		p.gen, p.close, p.fence = oc, oc.Close, oc
+		p.boundsCalls = true // RequestTimeout above
+		p.describe = oc.Describe
 		p.publish = func(ctx context.Context, v int64) error {
 			if err := export(ctx, v); err != nil {
 				return err
@@ -167,6 +175,19 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		return nil, fmt.Errorf("runner: generator.kind %q", cfg.Generator.Kind)
 	}
 	return p, nil
+}
+
+// describeAll joins what generation and a remote trainer wait on (nil
+// when neither says anything).
+func (p *parts) describeAll() func() string {
+	g, t := p.describe, p.describeTrainer
+	switch {
+	case g == nil:
+		return t
+	case t == nil:
+		return g
+	}
+	return func() string { return g() + "; " + t() }
 }
 
 func writeAtomic(path string, b []byte) error {

@@ -42,6 +42,7 @@ func wireHF(ctx context.Context, cfg *config.Config, reg *env.Registry, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
+	tr.SetFS(opts.FS)
 	p.tr = tr
 	p.warmStart = func(ctx context.Context) error {
 		return warmStartHF(ctx, cfg, reg, tr.Model(), log, opts.WarmStartProgress)

@@ -74,6 +74,15 @@ func (f *Faulty) MkdirAll(path string, perm os.FileMode) error { return f.FS.Mkd
 func (f *Faulty) Truncate(name string, size int64) error       { return f.FS.Truncate(name, size) }
 func (f *Faulty) SyncDir(dir string) error                     { return f.FS.SyncDir(dir) }
 
+// Lock locks through the wrapped FS; writes to the lock file are checked.
+func (f *Faulty) Lock(name string) (File, error) {
+	file, err := f.FS.Lock(name)
+	if err != nil || !f.matches(name) {
+		return file, err
+	}
+	return &faultyFile{File: file, fs: f}, nil
+}
+
 type faultyFile struct {
 	File
 	fs *Faulty

@@ -1,6 +1,7 @@
 // Package storage is the seam every durable write of a run goes through:
-// the run log's chunks and blob packs, its snapshots and watermark, and
-// the checkpoint directory's manifest, fsyncs and renames. The real
+// the run log's chunks and blob packs, its snapshots and watermark, the
+// checkpoint directory's manifest, fsyncs and renames, the embedded
+// trainer's checkpoint files, the stored configs and the run lock. The real
 // implementation is the OS; Faulty wraps one to fail the way disks do
 // (a full disk at a chosen call, a write cut short, a failed fsync), so
 // tests can prove what survives each.
@@ -28,6 +29,9 @@ type FS interface {
 	Truncate(name string, size int64) error
 	// SyncDir fsyncs a directory, making renames and creations in it durable.
 	SyncDir(dir string) error
+	// Lock opens name (creating it) holding an exclusive lock on it, or
+	// fails at once with ErrLocked; closing the file releases the lock.
+	Lock(name string) (File, error)
 }
 
 // OS is the real file system.
@@ -47,6 +51,7 @@ func (osFS) Remove(name string) error                     { return os.Remove(nam
 func (osFS) RemoveAll(path string) error                  { return os.RemoveAll(path) }
 func (osFS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
 func (osFS) Truncate(name string, size int64) error       { return os.Truncate(name, size) }
+func (osFS) Lock(name string) (File, error)               { return lockFile(name) }
 func (osFS) SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -80,6 +85,21 @@ func SyncFile(fs FS, path string) error {
 		return err
 	}
 	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// PutFile writes b to a new file at path without an fsync: for files
+// whose durability a later step provides (a checkpoint's files are
+// fsync'd by the checkpoint writer before it publishes them).
+func PutFile(fs FS, path string, b []byte) error {
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return err
 	}

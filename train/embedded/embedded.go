@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/train"
 )
@@ -27,6 +28,18 @@ type Trainer struct {
 	pg      model.LossConfig
 	sft     model.LossConfig
 	version int64
+	fs      storage.FS // nil: the OS
+}
+
+// SetFS routes the trainer's checkpoint files through fs (the run's
+// storage seam, so tests can make a checkpoint write fail).
+func (t *Trainer) SetFS(fs storage.FS) { t.fs = fs }
+
+func (t *Trainer) storage() storage.FS {
+	if t.fs == nil {
+		return storage.OS
+	}
+	return t.fs
 }
 
 // New wraps a model trainer.
@@ -75,13 +88,18 @@ func (t *Trainer) State(context.Context) (train.State, error) {
 }
 
 // SaveCheckpoint implements train.Trainer: weights (safetensors + config.json),
-// optimizer state and the version, written plainly: the checkpoint writer
-// (internal/ckpt) fsyncs the directory's files and publishes it by rename.
+// optimizer state and the version, written plainly through the storage
+// seam: the checkpoint writer (internal/ckpt) fsyncs the directory's files
+// and publishes it by rename.
 func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
-	if err := t.t.Model().WriteFiles(filepath.Join(dir, WeightsFile)); err != nil {
-		return err
+	fs := t.storage()
+	err := t.t.Model().WriteFilesWith(filepath.Join(dir, WeightsFile), func(p string, b []byte) error {
+		return storage.PutFile(fs, p, b)
+	})
+	if err != nil {
+		return fmt.Errorf("embedded trainer: %w", err)
 	}
-	return writeState(dir, t.version, t.t.SaveState)
+	return saveState(fs, dir, t.t.SaveState, t.version)
 }
 
 // LoadCheckpoint implements train.Trainer.

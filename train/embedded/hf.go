@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/train"
@@ -20,6 +21,17 @@ type HFTrainer struct {
 	oc      model.OptimConfig
 	pg, sft model.LossConfig
 	version int64
+	fs      storage.FS // nil: the OS; the HF directory itself is written by llama.SaveDir
+}
+
+// SetFS routes the optimizer state and version files through fs.
+func (t *HFTrainer) SetFS(fs storage.FS) { t.fs = fs }
+
+func (t *HFTrainer) storage() storage.FS {
+	if t.fs == nil {
+		return storage.OS
+	}
+	return t.fs
 }
 
 // NewHF wraps a llama trainer.
@@ -69,7 +81,7 @@ func (t *HFTrainer) SaveCheckpoint(_ context.Context, dir string) error {
 	if err := t.t.Model().SaveDir(dir, llama.SaveOptions{}); err != nil {
 		return err
 	}
-	return writeState(dir, t.version, t.t.SaveState)
+	return saveState(t.storage(), dir, t.t.SaveState, t.version)
 }
 
 // LoadCheckpoint implements train.Trainer.

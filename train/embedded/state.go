@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/longhaul-rl/longhaul/internal/storage"
 )
 
 // The optimizer state and version files of a checkpoint, the same for
@@ -17,23 +19,25 @@ type meta struct {
 	Version int64 `json:"version"`
 }
 
-// writeState writes the optimizer state (save) to StateFile and the
-// version to MetaFile in dir.
-func writeState(dir string, version int64, save func(io.Writer) error) error {
-	f, err := os.Create(filepath.Join(dir, StateFile))
+// saveState writes the optimizer state and the version into dir through fs.
+func saveState(fs storage.FS, dir string, save func(io.Writer) error, version int64) error {
+	f, err := fs.OpenFile(filepath.Join(dir, StateFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("embedded trainer: %w", err)
 	}
 	w := bufio.NewWriter(f)
 	if err := save(w); err != nil {
 		f.Close()
-		return err
+		return fmt.Errorf("embedded trainer: %w", err)
 	}
 	if err := errors.Join(w.Flush(), f.Close()); err != nil {
-		return err
+		return fmt.Errorf("embedded trainer: %w", err)
 	}
 	b, _ := json.Marshal(meta{Version: version})
-	return os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644)
+	if err := storage.PutFile(fs, filepath.Join(dir, MetaFile), b); err != nil {
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
+	return nil
 }
 
 // readState reads dir's StateFile into load and returns MetaFile's version.

@@ -89,6 +89,10 @@ type Client struct {
 
 	mu    sync.Mutex
 	known int64 // the trainer's step as last reported, -1 before any report
+	// awaySince is when the trainer became unreachable (zero while it
+	// answers), awayErr the last failure: the stall watchdog's line.
+	awaySince time.Time
+	awayErr   error
 }
 
 var _ train.Trainer = (*Client)(nil)
@@ -183,14 +187,42 @@ func (c *Client) pathCall(ctx context.Context, route, field, val string) error {
 	}
 	// A checkpoint or export from a trainer that restarted meanwhile
 	// would hold the wrong state: the fence refuses it (not for
-	// load_checkpoint, whose point is to set the state).
-	if err := c.retry(ctx, route, route != "/v1/load_checkpoint", func() error {
+	// load_checkpoint, whose point is to set the state). A trainer that
+	// restarted and is back before this call sees no failed attempt to
+	// trigger the fence, so its step is checked first.
+	fence := route != "/v1/load_checkpoint"
+	if err := c.checkStep(ctx, fence); err != nil {
+		return err
+	}
+	if err := c.retry(ctx, route, fence, func() error {
 		return c.do(ctx, c.opts.Timeout, http.MethodPost, route, "application/json", body, &ok)
 	}); err != nil {
 		return err
 	}
 	if !ok.OK {
 		return &Error{Class: ClassData, Status: http.StatusOK, Server: c.url, Err: fmt.Errorf("%s: answer lacks ok=true", route)}
+	}
+	return nil
+}
+
+// checkStep (with fence, once the client knows the trainer's step) reads
+// the trainer's state and fails with a *RestartedError when it is not at
+// the step the client last saw.
+func (c *Client) checkStep(ctx context.Context, fence bool) error {
+	c.mu.Lock()
+	want := c.known
+	c.mu.Unlock()
+	if !fence || want < 0 {
+		return nil
+	}
+	var s wireState
+	if err := c.retry(ctx, "state", false, func() error {
+		return c.do(ctx, c.opts.Timeout, http.MethodGet, "/v1/state", "", nil, &s)
+	}); err != nil {
+		return err
+	}
+	if s.Step != want {
+		return &RestartedError{Server: c.url, Want: want, Got: s.Step}
 	}
 	return nil
 }
@@ -239,7 +271,10 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 		class := failclass.Status(resp.StatusCode)
 		err := errors.New(msg)
 		if resp.StatusCode == http.StatusConflict && e.Error.Code == "step_conflict" {
-			err = fmt.Errorf("%w: %s", ErrStepConflict, msg)
+			// The trainer is not at the step the client knew: another
+			// process moved it, or it restarted and came back before this
+			// call could find it away.
+			err = fmt.Errorf("%w (%w): %s", ErrStepConflict, train.ErrStateLost, msg)
 		}
 		return &Error{Class: class, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
 	}

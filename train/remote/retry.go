@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/train"
 )
 
 // Retries. A trainer that cannot be reached (connection refused or reset,
@@ -32,7 +34,7 @@ func (e *RestartedError) Error() string {
 		e.Server, ErrTrainerRestarted, e.Got, e.Want)
 }
 
-func (e *RestartedError) Unwrap() error { return ErrTrainerRestarted }
+func (e *RestartedError) Unwrap() []error { return []error{ErrTrainerRestarted, train.ErrStateLost} }
 
 // FailureClass: a restart is infra, but not one a blind retry fixes.
 func (e *RestartedError) FailureClass() string { return ClassInfra }
@@ -58,11 +60,13 @@ func retryable(err error) bool {
 func (c *Client) retry(ctx context.Context, route string, fence bool, call func() error) error {
 	start := time.Now()
 	backoff := c.opts.MinBackoff
+	defer c.setAway(time.Time{}, nil)
 	for {
 		err := call()
 		if err == nil || !retryable(err) {
 			return err
 		}
+		c.setAway(start, err)
 		if time.Since(start) > c.opts.MaxOutage {
 			return fmt.Errorf("%s: trainer unreachable for %v (rollout_failure.max_outage_s): %w", route, time.Since(start).Round(time.Second), err)
 		}
@@ -94,4 +98,23 @@ func (c *Client) retry(ctx context.Context, route string, fence bool, call func(
 			return &RestartedError{Server: c.url, Want: want, Got: s.Step}
 		}
 	}
+}
+
+// setAway records since when (zero: not) the trainer has been away, and
+// the last failure, for Describe.
+func (c *Client) setAway(since time.Time, err error) {
+	c.mu.Lock()
+	c.awaySince, c.awayErr = since, err
+	c.mu.Unlock()
+}
+
+// Describe says, for the stall watchdog, whether the run waits on the
+// trainer: since when it has been unreachable and why.
+func (c *Client) Describe() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.awaySince.IsZero() {
+		return "trainer " + c.url + " reachable"
+	}
+	return fmt.Sprintf("waiting on trainer %s: unreachable for %s (last: %v)", c.url, time.Since(c.awaySince).Round(time.Second), c.awayErr)
 }

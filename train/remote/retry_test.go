@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,5 +78,64 @@ func TestTrainerRestartedIsTyped(t *testing.T) {
 	c2.setKnown(5)
 	if err := c2.SaveCheckpoint(t.Context(), "/ck"); !errors.As(err, &re) {
 		t.Fatalf("save to a restarted trainer: %v", err)
+	}
+}
+
+// TestExportToRestartedTrainerRefused: a trainer that restarted and is
+// back before the export (no failed attempt to trigger the fence) is
+// caught by the step check: its initial weights are never exported as
+// the run's.
+func TestExportToRestartedTrainerRefused(t *testing.T) {
+	f := &fakeTrainer{st: train.State{Step: 5, Version: 5}}
+	ts := httptest.NewServer(Handler(f))
+	defer ts.Close()
+	c := New(ts.URL, Options{MinBackoff: 10 * time.Millisecond})
+	if _, err := c.State(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ExportWeights(t.Context(), "/w/model.safetensors"); err != nil {
+		t.Fatalf("export at the known step: %v", err)
+	}
+	f.mu.Lock()
+	f.st = train.State{} // restarted from its seed, already back
+	f.mu.Unlock()
+	err := c.ExportWeights(t.Context(), "/w/model.safetensors")
+	var re *RestartedError
+	if !errors.As(err, &re) || !errors.Is(err, train.ErrStateLost) || re.Got != 0 {
+		t.Fatalf("export from a restarted trainer: %v", err)
+	}
+}
+
+// TestDescribeNamesAwayTrainer: while a call waits for an unreachable
+// trainer, Describe (the stall watchdog's line) names it; once it
+// answers again, it says so.
+func TestDescribeNamesAwayTrainer(t *testing.T) {
+	f := &fakeTrainer{}
+	var down atomic.Bool
+	ts := flaky(Handler(f), &down)
+	defer ts.Close()
+	c := New(ts.URL, Options{MinBackoff: 10 * time.Millisecond, MaxOutage: 5 * time.Second})
+	if _, err := c.State(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TrainStep(t.Context(), train.Batch{Loss: train.LossPG, Rows: testBatch().Rows[1:2]})
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(c.Describe(), "waiting on trainer "+ts.URL+": unreachable") {
+		if time.Now().After(deadline) {
+			t.Fatalf("Describe() = %q while the trainer is away", c.Describe())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	down.Store(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Describe(); d != "trainer "+ts.URL+" reachable" {
+		t.Fatalf("Describe() = %q after the trainer came back", d)
 	}
 }
