@@ -109,6 +109,9 @@ type backend struct {
 	// fenced keeps calls off the server while its weights change, and after
 	// an update that failed until one succeeds.
 	fenced bool
+	// updates counts weight updates begun on the server: a health answer
+	// sent before one began says nothing of the weights after it.
+	updates uint64
 }
 
 // ServerStatus is a snapshot of one server as the client sees it.
@@ -295,6 +298,14 @@ func (c *Client) probeLoop(ctx context.Context) {
 func (c *Client) probe(ctx context.Context, b *backend) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.ProbeTimeout)
 	defer cancel()
+	// A health answer to a request sent while an update was under way, or
+	// before one began, may name the old weights (catchUp ignores it).
+	c.mu.Lock()
+	updates := b.updates
+	if b.fenced {
+		updates-- // never equal to b.updates: the answer is not used
+	}
+	c.mu.Unlock()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"/health", nil)
 	if err != nil {
 		return
@@ -311,7 +322,7 @@ func (c *Client) probe(ctx context.Context, b *backend) {
 	if resp.StatusCode == http.StatusOK {
 		// A server that came back (or changed version under us) is
 		// brought to the current weights before it gets a call.
-		if err := c.catchUp(ctx, b, reportedVersion(resp.Header)); err != nil {
+		if err := c.catchUp(ctx, b, reportedVersion(resp.Header), updates); err != nil {
 			c.markDown(b, err)
 			return
 		}

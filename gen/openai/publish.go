@@ -162,12 +162,19 @@ func (c *Client) checkServed(b *backend, served int64) (int64, error) {
 }
 
 // catchUp re-publishes the current weights to b if it is stale; the
-// prober calls it before marking b up.
-func (c *Client) catchUp(ctx context.Context, b *backend, reported int64) error {
+// prober calls it before marking b up, with the version b's health answer
+// reported and b's update count from before that request was sent.
+func (c *Client) catchUp(ctx context.Context, b *backend, reported int64, updates uint64) error {
 	if c.opts.API == APIVLLM {
 		reported = -1 // as in checkServed
 	}
 	c.mu.Lock()
+	// A health answer that raced a weight update (sent before it began)
+	// names the old weights; believing it would mark a freshly updated
+	// server stale.
+	if updates != b.updates || b.fenced {
+		reported = -1
+	}
 	if reported >= 0 && reported != b.version {
 		b.version = reported
 	}

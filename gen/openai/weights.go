@@ -81,6 +81,7 @@ func (c *Client) ServedVersions() map[string]int64 {
 func (c *Client) updateOne(ctx context.Context, b *backend, path string, v int64) error {
 	c.mu.Lock()
 	b.fenced = true
+	b.updates++
 	c.mu.Unlock()
 	for {
 		c.mu.Lock()

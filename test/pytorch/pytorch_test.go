@@ -116,6 +116,13 @@ func TestProtocolRoundTrip(t *testing.T) {
 	if err := os.Mkdir(ck, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The first client still expects step 1: the trainer is not where it
+	// thinks, so it must not save the trainer's weights as its own.
+	var re *remote.RestartedError
+	if err := c.SaveCheckpoint(ctx, ck); !errors.As(err, &re) || re.Want != 1 || re.Got != 2 {
+		t.Fatalf("save by the client left at step 1: %v; want a RestartedError (want 1, got 2)", err)
+	}
+	c = other
 	if err := c.SaveCheckpoint(ctx, ck); err != nil {
 		t.Fatal(err)
 	}
