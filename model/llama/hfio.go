@@ -214,6 +214,11 @@ type SaveOptions struct {
 	DType         string // "F32" (default) or "BF16"
 	TokenizerDir  string // copy TokenizerFiles from here ("" = the directory the model was loaded from, if any)
 	MaxShardBytes int64  // > 0: shard the weights (model-0000i-of-0000n.safetensors + index)
+	// Create, when set, opens every file SaveDir writes, written in place:
+	// the caller makes the directory durable and publishes it (a checkpoint
+	// writer does, through the run's storage seam). Unset: each file is
+	// written to a temporary, fsync'd and renamed.
+	Create func(path string) (io.WriteCloser, error)
 }
 
 // SaveDir writes the model as an HF directory: config.json,
@@ -236,7 +241,7 @@ func (m *Model) SaveDir(dir string, o SaveOptions) error {
 	if err != nil {
 		return fmt.Errorf("llama: save: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(dir, configFile), func(w io.Writer) error { _, err := w.Write(append(cb, '\n')); return err }); err != nil {
+	if err := o.write(filepath.Join(dir, configFile), func(w io.Writer) error { _, err := w.Write(append(cb, '\n')); return err }); err != nil {
 		return err
 	}
 	src := o.TokenizerDir
@@ -254,7 +259,7 @@ func (m *Model) SaveDir(dir string, o SaveOptions) error {
 		if err != nil {
 			return fmt.Errorf("llama: save: %w", err)
 		}
-		if err := writeAtomic(filepath.Join(dir, name), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		if err := o.write(filepath.Join(dir, name), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 			return err
 		}
 	}
@@ -267,7 +272,7 @@ func (m *Model) SaveDir(dir string, o SaveOptions) error {
 			gen["eos_token_id"] = *cfg.EOS
 		}
 		gb, _ := json.MarshalIndent(gen, "", "  ")
-		if err := writeAtomic(filepath.Join(dir, genFile), func(w io.Writer) error { _, err := w.Write(append(gb, '\n')); return err }); err != nil {
+		if err := o.write(filepath.Join(dir, genFile), func(w io.Writer) error { _, err := w.Write(append(gb, '\n')); return err }); err != nil {
 			return err
 		}
 	}
@@ -301,7 +306,7 @@ func (m *Model) saveWeights(dir string, o SaveOptions) error {
 		for _, s := range sh {
 			weightMap[s.name] = name
 		}
-		if err := writeAtomic(filepath.Join(dir, name), func(w io.Writer) error { return m.encodeShard(w, sh, o.DType) }); err != nil {
+		if err := o.write(filepath.Join(dir, name), func(w io.Writer) error { return m.encodeShard(w, sh, o.DType) }); err != nil {
 			return err
 		}
 	}
@@ -313,7 +318,7 @@ func (m *Model) saveWeights(dir string, o SaveOptions) error {
 		return nil
 	}
 	ib, _ := json.MarshalIndent(map[string]any{"metadata": map[string]int64{"total_size": total}, "weight_map": weightMap}, "", "  ")
-	return writeAtomic(idx, func(w io.Writer) error { _, err := w.Write(append(ib, '\n')); return err })
+	return o.write(idx, func(w io.Writer) error { _, err := w.Write(append(ib, '\n')); return err })
 }
 
 // encodeShard streams one safetensors file: tensors in slab order.
@@ -353,6 +358,30 @@ func (m *Model) encodeShard(w io.Writer, specs []tensorSpec, dtype string) error
 		}
 	}
 	return bw.Flush()
+}
+
+// write writes one file of SaveDir: through o.Create when set, else
+// atomically.
+func (o SaveOptions) write(path string, write func(io.Writer) error) error {
+	if o.Create == nil {
+		return writeAtomic(path, write)
+	}
+	f, err := o.Create(path)
+	if err != nil {
+		return fmt.Errorf("llama: write %s: %w", path, err)
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	err = write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("llama: write %s: %w", path, err)
+	}
+	return nil
 }
 
 func writeAtomic(path string, write func(io.Writer) error) error {

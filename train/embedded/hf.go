@@ -3,6 +3,8 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 
 	"github.com/longhaul-rl/longhaul/internal/storage"
@@ -21,10 +23,11 @@ type HFTrainer struct {
 	oc      model.OptimConfig
 	pg, sft model.LossConfig
 	version int64
-	fs      storage.FS // nil: the OS; the HF directory itself is written by llama.SaveDir
+	fs      storage.FS // nil: the OS
 }
 
-// SetFS routes the optimizer state and version files through fs.
+// SetFS routes the checkpoint's files (the HF directory, the optimizer
+// state and the version) through fs.
 func (t *HFTrainer) SetFS(fs storage.FS) { t.fs = fs }
 
 func (t *HFTrainer) storage() storage.FS {
@@ -78,10 +81,16 @@ func (t *HFTrainer) State(context.Context) (train.State, error) {
 // SaveCheckpoint implements train.Trainer: the HF directory, the optimizer
 // state and the version.
 func (t *HFTrainer) SaveCheckpoint(_ context.Context, dir string) error {
-	if err := t.t.Model().SaveDir(dir, llama.SaveOptions{}); err != nil {
-		return err
+	fs := t.storage()
+	// Written in place through the seam: the checkpoint writer
+	// (internal/ckpt) fsyncs the directory's files and publishes it.
+	create := func(p string) (io.WriteCloser, error) {
+		return fs.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	}
-	return saveState(t.storage(), dir, t.t.SaveState, t.version)
+	if err := t.t.Model().SaveDir(dir, llama.SaveOptions{Create: create}); err != nil {
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
+	return saveState(fs, dir, t.t.SaveState, t.version)
 }
 
 // LoadCheckpoint implements train.Trainer.

@@ -2,12 +2,15 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/train"
@@ -91,5 +94,26 @@ func TestHFTrainerCheckpoint(t *testing.T) {
 	back, err := llama.LoadDir(exp)
 	if err != nil || back.Digest() != a.Model().Digest() {
 		t.Fatalf("export: %v", err)
+	}
+}
+
+// TestHFCheckpointThroughSeam: every file of an HF trainer's checkpoint
+// (the HF directory's weights and config, the optimizer state, the
+// version) is written through the storage seam, so a full disk at any of
+// them fails the save instead of passing unseen.
+func TestHFCheckpointThroughSeam(t *testing.T) {
+	for _, name := range []string{"model.safetensors", "config.json", "generation_config.json", StateFile, MetaFile} {
+		t.Run(name, func(t *testing.T) {
+			tr, err := NewHF(tinyHF(t), model.DefaultOptimConfig(), model.LossConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &storage.Faulty{FS: storage.OS, Fault: storage.NoSpace, At: 1, Match: name}
+			tr.SetFS(f)
+			err = tr.SaveCheckpoint(context.Background(), t.TempDir())
+			if !errors.Is(err, syscall.ENOSPC) || !f.Fired() {
+				t.Fatalf("full disk at %s: err = %v, fired %v; want ENOSPC from the seam", name, err, f.Fired())
+			}
+		})
 	}
 }
