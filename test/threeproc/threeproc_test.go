@@ -36,7 +36,7 @@ import (
 // last, and a step applied twice or lost shows in the weights and in every
 // later logprob.
 var runArgs = []string{
-	"compaction.enabled=false", "run.max_steps=4", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4",
+	"compaction.enabled=false", "warmstart.enabled=false", "run.max_steps=4", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4",
 	"sampling.max_tokens_per_call=1", "rollout.max_turns=2", "checkpointing.save_period=2", "checkpointing.keep_last_k=2",
 	"optim.lr=0.01", "optim.weight_decay=0.5", "optim.warmup_steps=0", "optim.schedule=constant",
 	// A restarted server or trainer is back in seconds; calls wait it out.
