@@ -87,16 +87,7 @@ func (l *loop) maybeCompactChat(ctx context.Context) error {
 	}
 	ev := runlog.Compaction{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Boundary: l.compactions, AfterCall: afterCall,
 		Policy: l.policy.Name(), Lineage: res.Lineage, TokensBefore: uint32(before), TokensAfter: uint32(len(nb.Prompt()))}
-	if pev := l.peek(); pev != nil {
-		c, ok := pev.(runlog.Compaction)
-		if !ok {
-			return l.diverged("Compaction")
-		}
-		if c.Boundary != ev.Boundary || c.AfterCall != ev.AfterCall || c.Policy != ev.Policy || !slices.Equal(c.Lineage, ev.Lineage) {
-			return Data("resume", fmt.Errorf("%w: compaction %d differs from the log", ErrDiverged, ev.Boundary))
-		}
-		l.pos++
-	} else if err := l.record(ctx, ev); err != nil {
+	if err := l.declareCompaction(ctx, ev); err != nil {
 		return err
 	}
 	// The summary reply (if any) is not part of the new conversation.

@@ -577,16 +577,7 @@ func (l *loop) maybeCompact(ctx context.Context) error {
 	newCtx := compaction.Render(res.Messages)
 	ev := runlog.Compaction{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Boundary: l.compactions, AfterCall: afterCall,
 		Policy: l.policy.Name(), Lineage: res.Lineage, TokensBefore: uint32(before), TokensAfter: uint32(len(newCtx))}
-	if pev := l.peek(); pev != nil {
-		c, ok := pev.(runlog.Compaction)
-		if !ok {
-			return l.diverged("Compaction")
-		}
-		if c.Boundary != ev.Boundary || c.AfterCall != ev.AfterCall || c.Policy != ev.Policy || !slices.Equal(c.Lineage, ev.Lineage) {
-			return Data("resume", fmt.Errorf("%w: compaction %d differs from the log", ErrDiverged, ev.Boundary))
-		}
-		l.pos++
-	} else if err := l.record(ctx, ev); err != nil {
+	if err := l.declareCompaction(ctx, ev); err != nil {
 		return err
 	}
 	l.msgs, l.ctx, l.prev = res.Messages, newCtx, nil
@@ -624,4 +615,21 @@ func (l *loop) seal(ctx context.Context, outcome string) (Result, error) {
 	}
 	return Result{Outcome: outcome, Reward: l.reward, Success: l.success, Turns: l.turns, Calls: int(l.nextCall),
 		Compactions: int(l.compactions), Replayed: l.pos}, nil
+}
+
+// declareCompaction logs a compaction boundary, or on resume checks it
+// against the logged one (the byte and chat-template paths share it).
+func (l *loop) declareCompaction(ctx context.Context, ev runlog.Compaction) error {
+	if pev := l.peek(); pev != nil {
+		c, ok := pev.(runlog.Compaction)
+		if !ok {
+			return l.diverged("Compaction")
+		}
+		if c.Boundary != ev.Boundary || c.AfterCall != ev.AfterCall || c.Policy != ev.Policy || !slices.Equal(c.Lineage, ev.Lineage) {
+			return Data("resume", fmt.Errorf("%w: compaction %d differs from the log", ErrDiverged, ev.Boundary))
+		}
+		l.pos++
+		return nil
+	}
+	return l.record(ctx, ev)
 }

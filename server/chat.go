@@ -160,10 +160,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	var so streamOptions
 	if err == nil {
-		so, err = parseStreamOptions(req.StreamOptions, stream)
-	}
-	if err == nil && stream && req.PromptLogprobs != nil {
-		err = badParam("prompt_logprobs", "prompt_logprobs are not available with stream: true (as in vLLM).")
+		so, err = parseStreaming(req.StreamOptions, stream, req.PromptLogprobs)
 	}
 	if err != nil {
 		s.writeParamError(w, err)

@@ -200,6 +200,17 @@ type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
+// parseStreaming checks a request's streaming fields together: its
+// stream_options, and prompt_logprobs, which a stream cannot carry (as in
+// vLLM).
+func parseStreaming(raw json.RawMessage, stream bool, promptLogprobs *int) (streamOptions, error) {
+	so, err := parseStreamOptions(raw, stream)
+	if err == nil && stream && promptLogprobs != nil {
+		err = badParam("prompt_logprobs", "prompt_logprobs are not available with stream: true (as in vLLM).")
+	}
+	return so, err
+}
+
 func parseStreamOptions(raw json.RawMessage, stream bool) (streamOptions, error) {
 	var so streamOptions
 	raw = bytes.TrimSpace(raw)
