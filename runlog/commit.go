@@ -1,0 +1,429 @@
+package runlog
+
+// This file holds the append path: Append, and the group commit pipeline
+// (stager and syncer) that makes appends durable.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+type applied struct {
+	ev  Event
+	off Offset
+}
+
+type request struct {
+	evs  []Event
+	off  Offset
+	err  error
+	ok   bool
+	done chan struct{} // buffered (1): answered by a send, so a request can be reused
+}
+
+// requests recycles Append's requests and their channels: an append per
+// model call is the hot path, and each costs three allocations otherwise.
+var requests = sync.Pool{New: func() any { return &request{done: make(chan struct{}, 1)} }}
+
+// answer tells the waiting Append that r is decided.
+func (r *request) answer() { r.done <- struct{}{} }
+
+// Append validates evs in order with Apply, writes them as one atomic
+// append, fsyncs, and applies them to the state. It returns the offset of
+// the first event once all are durable. If any event is invalid nothing is
+// written and the error says which. Concurrent Appends share one fsync.
+//
+// Once an append has been handed to the writer, Append waits for its
+// outcome even if ctx is cancelled: the append may already be durable.
+func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
+	if len(evs) == 0 {
+		return 0, errors.New("runlog: append of no events")
+	}
+	var t0 time.Time
+	if l.opts.OnAppend != nil {
+		t0 = time.Now()
+	}
+	req := requests.Get().(*request)
+	// A copy, so the caller's variadic slice does not escape to the heap.
+	req.evs = append(req.evs[:0], evs...)
+	defer func() {
+		clear(req.evs)
+		req.evs, req.off, req.err = req.evs[:0], 0, nil
+		requests.Put(req)
+	}()
+	select {
+	case l.reqc <- req:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-l.quit:
+		return 0, ErrClosed
+	}
+	<-req.done
+	if req.err == nil && l.opts.OnAppend != nil {
+		l.opts.OnAppend(time.Since(t0))
+	}
+	return req.off, req.err
+}
+
+// A unit is a batch of appends staged together and made durable by one
+// fsync (two when it carries blobs: the pack first).
+type unit struct {
+	seq      uint64
+	reqs     []*request
+	recs     []byte    // framed records, for the chunk file
+	pack     []byte    // blob frames
+	acc      []applied // the accepted events, with offsets
+	end      Offset    // log end once written
+	roll     bool      // start the next chunk at nextBase afterwards
+	nextBase uint64
+}
+
+// Group commit runs as a two-stage pipeline. The stager validates (Apply on
+// its private state w), encodes and buffers appends into a unit; the syncer
+// writes and fsyncs one unit at a time and then publishes it. Every append
+// that arrives while the syncer is in fsync joins the next unit, so one
+// fsync acknowledges them all.
+//
+// Handing the staged unit over the moment the syncer goes idle splits the
+// appenders into cohorts that never merge again: the ones just answered
+// are still on their way back when the next fsync starts without them, so
+// with 64 writers a round of appends cost three to four fsyncs. So when
+// the syncer goes idle the stager expects back every appender of the unit
+// just written plus the ones already waiting, and lingers until that many
+// appends are staged, for at most as long as the last write took (the
+// wait an appender that misses the unit would have anyway). No append is
+// answered before its fsync: only when the fsync starts moves.
+func (l *Log) stager() {
+	defer close(l.stagerDone)
+	var (
+		idle    bool          // the syncer waits for a unit
+		want    int           // appends expected before handing off
+		linger  time.Duration // the longest wait for them
+		lastLen int           // appends in the unit handed off last
+		timer   = time.NewTimer(time.Hour)
+		timing  bool
+	)
+	timer.Stop()
+	handOff := func() {
+		if timing {
+			timer.Stop()
+			timing = false
+		}
+		lastLen = len(l.cur.reqs)
+		idle = false
+		l.handOff()
+	}
+	for {
+		n := len(l.cur.reqs)
+		if idle && n > 0 {
+			if n >= want || n >= l.opts.MaxBatch || linger <= 0 {
+				handOff()
+				continue
+			}
+			if !timing {
+				timer.Reset(linger)
+				timing = true
+			}
+		}
+		reqc, readyc, timerc := l.reqc, l.readyc, (<-chan time.Time)(nil)
+		if n >= l.opts.MaxBatch {
+			reqc = nil
+		}
+		if idle {
+			readyc = nil
+		}
+		if timing {
+			timerc = timer.C
+		}
+		select {
+		case r := <-reqc:
+			l.stage(r)
+		case took := <-readyc:
+			idle, want = true, lastLen+n
+			linger = min(took, maxLinger)
+		case <-timerc:
+			timing = false
+			if len(l.cur.reqs) > 0 {
+				handOff()
+			}
+		case <-l.quit:
+			if len(l.cur.reqs) > 0 {
+				if !idle {
+					<-l.readyc
+				}
+				l.handOff()
+			}
+			return
+		}
+	}
+}
+
+// maxLinger bounds the stager's wait for a fuller unit, whatever the last
+// fsync took.
+const maxLinger = 2 * time.Millisecond
+
+func (l *Log) failure() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.failed
+}
+
+// stage validates and encodes one append into the current unit, or
+// answers it with the reason it was rejected.
+func (l *Log) stage(r *request) {
+	if err := l.failure(); err != nil {
+		r.err = err
+		r.answer()
+		return
+	}
+	u := l.cur
+	bm, pm, am := len(u.recs), l.pack.mark(), len(u.acc)
+	pos := l.chunkBase + l.chunkSize
+	r.off = Offset(pos + uint64(bm))
+	var err error
+	for i, ev := range r.evs {
+		off := Offset(pos + uint64(len(u.recs)))
+		// Validate first so a rejected event never reaches the pack.
+		if err = ApplyAt(l.w, ev, off); err != nil {
+			break
+		}
+		u.acc = append(u.acc, applied{ev, off})
+		var p []byte
+		if p, err = encodeEvent(l.scratch[:0], ev, l.pack.put); err != nil {
+			break
+		}
+		l.scratch = p
+		var flags byte
+		if i == len(r.evs)-1 {
+			flags = flagCommit
+		}
+		u.recs = appendFrame(u.recs, p, flags)
+	}
+	if err == nil {
+		u.reqs = append(u.reqs, r)
+		return
+	}
+	u.recs = u.recs[:bm]
+	l.pack.rollback(pm)
+	if len(u.acc) > am {
+		// Earlier events of this append reached w: rebuild it.
+		u.acc = u.acc[:am]
+		l.rebuildW()
+	}
+	r.err = err
+	r.answer()
+}
+
+// rebuildW recomputes the stager's state as the durable state plus every
+// accepted event not yet published.
+func (l *Log) rebuildW() {
+	l.mu.RLock()
+	w, pub := l.s.Clone(), l.published
+	l.mu.RUnlock()
+	for _, u := range append(l.inflight, l.cur) {
+		if u.seq <= pub {
+			continue
+		}
+		for _, a := range u.acc {
+			if err := ApplyAt(w, a.ev, a.off); err != nil {
+				panic(fmt.Sprintf("runlog: re-applying an accepted event failed: %v", err))
+			}
+		}
+	}
+	l.w = w
+}
+
+// handOff gives the current unit to the syncer (which is idle).
+func (l *Log) handOff() {
+	u := l.cur
+	u.pack = l.pack.take()
+	l.chunkSize += uint64(len(u.recs))
+	u.end = Offset(l.chunkBase + l.chunkSize)
+	if int64(l.chunkSize) >= l.opts.ChunkSize {
+		u.roll, u.nextBase = true, l.chunkBase+l.chunkSize
+		l.chunkBase, l.chunkSize = u.nextBase, chunkHeaderSize
+		l.pack = newPackWriter(u.nextBase)
+	}
+	l.mu.RLock()
+	pub := l.published
+	l.mu.RUnlock()
+	keep := l.inflight[:0]
+	for _, v := range l.inflight {
+		if v.seq > pub {
+			keep = append(keep, v)
+		}
+	}
+	l.inflight = append(keep, u)
+	l.seq++
+	// A recycled unit was published before the syncer went idle, so the
+	// filter above has dropped it from inflight: rebuildW never sees it
+	// twice.
+	l.cur = l.unit()
+	l.cur.seq, l.cur.recs = l.seq+1, l.buffer(l.freeChunk)
+	l.pack.buf = l.buffer(l.freePack)
+	l.unitc <- u
+}
+
+// buffer returns a written unit's buffer for reuse, or nil (the stager).
+func (l *Log) buffer(free chan []byte) []byte {
+	select {
+	case b := <-free:
+		return b
+	default:
+		return nil
+	}
+}
+
+// unit returns an empty unit for staging: a written one back from the
+// syncer (its slices keep their capacity), or a new one.
+func (l *Log) unit() *unit {
+	select {
+	case u := <-l.freeUnit:
+		// Emptied here, not by the syncer: until the stager filters it out
+		// of inflight, rebuildW may still read its seq.
+		*u = unit{reqs: u.reqs[:0], acc: u.acc[:0]}
+		return u
+	default:
+		return &unit{}
+	}
+}
+
+// recycle hands a written unit and its buffers back to the stager (the
+// syncer): once written and answered, nothing reads them.
+func (l *Log) recycle(u *unit) {
+	give := func(free chan []byte, b []byte) {
+		if cap(b) == 0 || cap(b) > maxRecycled {
+			return
+		}
+		select {
+		case free <- b[:0]:
+		default:
+		}
+	}
+	give(l.freeChunk, u.recs)
+	give(l.freePack, u.pack)
+	u.recs, u.pack = nil, nil
+	clear(u.acc) // the events: let them be collected (rebuildW skips a published unit)
+	if cap(u.reqs) > 1<<16 || cap(u.acc) > 1<<16 {
+		return
+	}
+	select {
+	case l.freeUnit <- u:
+	default:
+	}
+}
+
+// maxRecycled bounds the buffers kept for reuse, so one huge append does
+// not pin its memory for the rest of the run.
+const maxRecycled = 4 << 20
+
+func (l *Log) syncer() {
+	defer close(l.done)
+	var took time.Duration
+	for {
+		select {
+		case l.readyc <- took:
+		case <-l.stagerDone:
+			return
+		}
+		var u *unit
+		select {
+		case u = <-l.unitc:
+		case <-l.stagerDone:
+			// The stager's last unit may be waiting: it is written too.
+			select {
+			case u = <-l.unitc:
+				l.sync(u)
+			default:
+			}
+			return
+		}
+		t0 := time.Now()
+		l.sync(u)
+		took = time.Since(t0)
+	}
+}
+
+// sync makes one unit durable, publishes it and answers its appends.
+func (l *Log) sync(u *unit) {
+	defer func() {
+		for _, r := range u.reqs {
+			r.answer()
+		}
+		clear(u.reqs) // the requests are reused once answered
+		l.recycle(u)
+	}()
+	err := l.failure()
+	if err == nil && len(u.pack) > 0 {
+		if _, err = l.packF.Write(u.pack); err == nil {
+			err = l.packF.Sync()
+		}
+		if err != nil {
+			err = fmt.Errorf("write pack: %w", err)
+		}
+	}
+	if err == nil {
+		if _, err = l.chunkF.Write(u.recs); err == nil {
+			err = l.chunkF.Sync()
+		}
+		if err != nil {
+			err = fmt.Errorf("write chunk: %w", err)
+		}
+	}
+	if err != nil {
+		l.fail(err)
+		for _, r := range u.reqs {
+			r.err = l.failure()
+		}
+		return
+	}
+	l.mu.Lock()
+	for _, a := range u.acc {
+		if err := ApplyAt(l.s, a.ev, a.off); err != nil {
+			l.mu.Unlock()
+			panic(fmt.Sprintf("runlog: durable state rejected an event the stager accepted: %v", err))
+		}
+		l.markDirty(a.ev)
+	}
+	l.end, l.published = u.end, u.seq
+	l.mu.Unlock()
+	if u.roll {
+		if err := l.roll(u.nextBase); err != nil {
+			l.fail(err)
+		}
+	}
+}
+
+// fail marks the log failed: after a failed write or fsync nothing about
+// the file can be trusted, so every later append is refused.
+func (l *Log) fail(err error) {
+	l.logger.Error("runlog: append failed", "err", err)
+	l.mu.Lock()
+	if l.failed == nil {
+		l.failed = fmt.Errorf("runlog: log failed: %w", err)
+	}
+	l.mu.Unlock()
+}
+
+// roll closes the full chunk and starts the next one at base.
+func (l *Log) roll(base uint64) error {
+	if err := l.chunkF.Close(); err != nil {
+		return fmt.Errorf("close chunk: %w", err)
+	}
+	if err := l.packF.Close(); err != nil {
+		return fmt.Errorf("close pack: %w", err)
+	}
+	chunk, pack, err := createChunk(l.opts.FS, l.logDir, base)
+	if err != nil {
+		return err
+	}
+	l.chunkF, l.packF = chunk, pack
+	l.mu.Lock()
+	l.chunks = append(l.chunks, base)
+	l.end = Offset(base + chunkHeaderSize)
+	l.mu.Unlock()
+	return nil
+}
