@@ -98,6 +98,7 @@ type unit struct {
 // answered before its fsync: only when the fsync starts moves.
 func (l *Log) stager() {
 	defer close(l.stagerDone)
+	defer close(l.unitc) // after the last unit: the syncer writes it and stops
 	var (
 		idle    bool          // the syncer waits for a unit
 		want    int           // appends expected before handing off
@@ -329,16 +330,11 @@ func (l *Log) syncer() {
 		case <-l.stagerDone:
 			return
 		}
-		var u *unit
-		select {
-		case u = <-l.unitc:
-		case <-l.stagerDone:
-			// The stager's last unit may be waiting: it is written too.
-			select {
-			case u = <-l.unitc:
-				l.sync(u)
-			default:
-			}
+		// The stager receives readyc as soon as the syncer is idle, so
+		// it may stop without a unit for it: it closes unitc after its
+		// last one.
+		u, ok := <-l.unitc
+		if !ok {
 			return
 		}
 		t0 := time.Now()
