@@ -317,7 +317,7 @@ func apply(s *State, ev Event, off Offset) error {
 			}
 			r.EpisodeStart = uint32(len(r.Calls))
 		}
-		r.Events = append(r.Events, off)
+		r.Events = appendEvent(r.Events, off)
 	case CallFinished:
 		return applyCall(s, v.Rollout, v.Attempt, v.Call, v.PromptPrefix, uint32(len(v.PromptSuffix)), uint32(len(v.Sampled)), uint32(len(v.Logprobs)), v.Finish, v.Version, v.Selected, off)
 	case *callRecord:
@@ -330,7 +330,7 @@ func apply(s *State, ev Event, off Offset) error {
 		r.EnvSteps++
 		r.EnvReward += v.Reward
 		r.EnvDone = v.Done
-		r.Events = append(r.Events, off)
+		r.Events = appendEvent(r.Events, off)
 	case Compaction:
 		r, err := s.live(v.Rollout, v.Attempt)
 		if err != nil {
@@ -347,14 +347,14 @@ func apply(s *State, ev Event, off Offset) error {
 		}
 		r.Compactions++
 		r.CompactionPending = true
-		r.Events = append(r.Events, off)
+		r.Events = appendEvent(r.Events, off)
 	case RolloutSealed:
 		r, err := s.live(v.Rollout, v.Attempt)
 		if err != nil {
 			return err
 		}
 		r.Status, r.Outcome, r.Reward, r.Success = StatusSealed, v.Outcome, v.Reward, v.Success
-		r.Events = append(r.Events, off)
+		r.Events = appendEvent(r.Events, off)
 	case RolloutFailed:
 		if v.Class != ClassInfra && v.Class != ClassData {
 			return invalid("failure class %q of %s", v.Class, v.Rollout)
@@ -371,7 +371,7 @@ func apply(s *State, ev Event, off Offset) error {
 			r.DataFailures++
 		}
 		r.LastFailure = Failure{Attempt: v.Attempt, Class: v.Class, Reason: v.Reason}
-		r.Events = append(r.Events, off)
+		r.Events = appendEvent(r.Events, off)
 	case GroupDropped:
 		g := s.Groups[v.Group]
 		if g == nil {
@@ -560,6 +560,9 @@ func applyCall(s *State, id RolloutID, attempt, call, prefix, nSuffix, nSampled,
 		// whatever prefix of the old context it kept.
 		seg++
 	}
+	if r.Calls == nil {
+		r.Calls = make([]Call, 0, firstCalls)
+	}
 	r.Calls = append(r.Calls, Call{Offset: off, Attempt: attempt, Prefix: prefix, Suffix: nSuffix, Sampled: nSampled,
 		Version: version, Segment: seg, Stop: finish == FinishStop, Selected: selected})
 	r.Segment = seg
@@ -567,8 +570,21 @@ func applyCall(s *State, id RolloutID, attempt, call, prefix, nSuffix, nSampled,
 	if selected {
 		r.CtxLen = prefix + nSuffix + nSampled
 	}
-	r.Events = append(r.Events, off)
+	r.Events = appendEvent(r.Events, off)
 	return nil
+}
+
+// A rollout's Calls and Events start with room for a typical episode
+// (a dozen turns of a call, an env step and now and then a compaction):
+// growing them from empty cost one allocation per doubling, twice per
+// fold (the log keeps a staged and a durable state), on every model call.
+const firstCalls, firstEvents = 16, 32
+
+func appendEvent(evs []Offset, off Offset) []Offset {
+	if evs == nil {
+		evs = make([]Offset, 0, firstEvents)
+	}
+	return append(evs, off)
 }
 
 // Clone returns a deep copy of s.
