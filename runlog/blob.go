@@ -33,7 +33,7 @@ type blobRef struct {
 }
 
 // packWriter stages the blobs of the chunk being written: it hands out
-// references and buffers the frames until the stager hands them off.
+// references and buffers the frames until their unit is taken for writing.
 type packWriter struct {
 	base  uint64
 	size  uint64 // bytes handed off

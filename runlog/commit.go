@@ -1,7 +1,7 @@
 package runlog
 
 // This file holds the append path: Append, and the group commit pipeline
-// (stager and syncer) that makes appends durable.
+// (staging under stageMu, then the syncer) that makes appends durable.
 
 import (
 	"context"
@@ -42,6 +42,9 @@ func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
 	if len(evs) == 0 {
 		return 0, errors.New("runlog: append of no events")
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	var t0 time.Time
 	if l.opts.OnAppend != nil {
 		t0 = time.Now()
@@ -54,12 +57,23 @@ func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
 		req.evs, req.off, req.err = req.evs[:0], 0, nil
 		requests.Put(req)
 	}()
-	select {
-	case l.reqc <- req:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-l.quit:
+	l.stageMu.Lock()
+	for len(l.cur.reqs) >= l.opts.MaxBatch && !l.closed {
+		l.room.Wait()
+	}
+	if l.closed {
+		l.stageMu.Unlock()
 		return 0, ErrClosed
+	}
+	l.stage(req)
+	n := len(l.cur.reqs)
+	kick := l.idle && n > 0 && (n == 1 || n >= l.want || n >= l.opts.MaxBatch)
+	l.stageMu.Unlock()
+	if kick {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
 	}
 	<-req.done
 	if req.err == nil && l.opts.OnAppend != nil {
@@ -81,88 +95,80 @@ type unit struct {
 	nextBase uint64
 }
 
-// Group commit runs as a two-stage pipeline. The stager validates (Apply on
-// its private state w), encodes and buffers appends into a unit; the syncer
-// writes and fsyncs one unit at a time and then publishes it. Every append
-// that arrives while the syncer is in fsync joins the next unit, so one
-// fsync acknowledges them all.
+// Group commit runs as a two-stage pipeline. Append validates (Apply on
+// the staged state w), encodes and buffers its events into the current
+// unit under stageMu, in the caller's goroutine; the syncer takes the unit,
+// writes and fsyncs it and then publishes it and answers its appends. Every
+// append that arrives while the syncer is in fsync joins the next unit, so
+// one fsync acknowledges them all.
 //
-// Handing the staged unit over the moment the syncer goes idle splits the
+// Taking the staged unit the moment the syncer goes idle splits the
 // appenders into cohorts that never merge again: the ones just answered
 // are still on their way back when the next fsync starts without them, so
 // with 64 writers a round of appends cost three to four fsyncs. So when
-// the syncer goes idle the stager expects back every appender of the unit
-// just written plus the ones already waiting, and lingers until that many
-// appends are staged, for at most as long as the last write took (the
-// wait an appender that misses the unit would have anyway). No append is
-// answered before its fsync: only when the fsync starts moves.
-func (l *Log) stager() {
-	defer close(l.stagerDone)
-	defer close(l.unitc) // after the last unit: the syncer writes it and stops
+// the syncer goes idle it expects back every appender of the unit just
+// written plus the ones already waiting, and lingers until that many
+// appends are staged (the append that completes the count wakes it), for
+// at most as long as the last write took (the wait an appender that misses
+// the unit would have anyway). No append is answered before its fsync:
+// only when the fsync starts moves.
+func (l *Log) syncer() {
+	defer close(l.done)
 	var (
-		idle    bool          // the syncer waits for a unit
-		want    int           // appends expected before handing off
-		linger  time.Duration // the longest wait for them
-		lastLen int           // appends in the unit handed off last
+		linger  time.Duration // the longest wait for a full unit
+		lastLen int           // appends in the unit written last
 		timer   = time.NewTimer(time.Hour)
-		timing  bool
+		timing  bool // timer is armed
+		expired bool // the linger is over
 	)
 	timer.Stop()
-	handOff := func() {
-		if timing {
-			timer.Stop()
-			timing = false
-		}
-		lastLen = len(l.cur.reqs)
-		idle = false
-		l.handOff()
-	}
 	for {
+		l.stageMu.Lock()
 		n := len(l.cur.reqs)
-		if idle && n > 0 {
-			if n >= want || n >= l.opts.MaxBatch || linger <= 0 {
-				handOff()
-				continue
+		if n == 0 && l.closed {
+			l.stageMu.Unlock()
+			return
+		}
+		if n > 0 && (l.closed || expired || n >= l.want || n >= l.opts.MaxBatch || linger <= 0) {
+			u := l.take()
+			l.idle, lastLen = false, n
+			l.room.Broadcast()
+			l.stageMu.Unlock()
+			if timing {
+				timer.Stop()
 			}
+			timing, expired = false, false
+			t0 := time.Now()
+			l.sync(u)
+			linger = min(time.Since(t0), maxLinger)
+			l.stageMu.Lock()
+			l.idle, l.want = true, lastLen+len(l.cur.reqs)
+			l.stageMu.Unlock()
+			continue
+		}
+		l.stageMu.Unlock()
+		var timerc <-chan time.Time
+		if n > 0 {
 			if !timing {
 				timer.Reset(linger)
 				timing = true
 			}
-		}
-		reqc, readyc, timerc := l.reqc, l.readyc, (<-chan time.Time)(nil)
-		if n >= l.opts.MaxBatch {
-			reqc = nil
-		}
-		if idle {
-			readyc = nil
-		}
-		if timing {
 			timerc = timer.C
 		}
 		select {
-		case r := <-reqc:
-			l.stage(r)
-		case took := <-readyc:
-			idle, want = true, lastLen+n
-			linger = min(took, maxLinger)
+		case <-l.kick:
 		case <-timerc:
-			timing = false
-			if len(l.cur.reqs) > 0 {
-				handOff()
-			}
+			timing, expired = false, true
 		case <-l.quit:
-			if len(l.cur.reqs) > 0 {
-				if !idle {
-					<-l.readyc
-				}
-				l.handOff()
-			}
-			return
+			l.stageMu.Lock()
+			l.closed = true
+			l.room.Broadcast()
+			l.stageMu.Unlock()
 		}
 	}
 }
 
-// maxLinger bounds the stager's wait for a fuller unit, whatever the last
+// maxLinger bounds the syncer's wait for a fuller unit, whatever the last
 // fsync took.
 const maxLinger = 2 * time.Millisecond
 
@@ -218,12 +224,14 @@ func (l *Log) stage(r *request) {
 	r.answer()
 }
 
-// rebuildW recomputes the stager's state as the durable state plus every
-// accepted event not yet published.
+// rebuildW recomputes the staged state as the durable state plus every
+// accepted event not yet published (under stageMu). It holds mu's read
+// lock throughout: a unit it reads cannot be published meanwhile, so the
+// syncer cannot recycle it (and clear its events) under its feet.
 func (l *Log) rebuildW() {
 	l.mu.RLock()
+	defer l.mu.RUnlock()
 	w, pub := l.s.Clone(), l.published
-	l.mu.RUnlock()
 	for _, u := range append(l.inflight, l.cur) {
 		if u.seq <= pub {
 			continue
@@ -237,8 +245,9 @@ func (l *Log) rebuildW() {
 	l.w = w
 }
 
-// handOff gives the current unit to the syncer (which is idle).
-func (l *Log) handOff() {
+// take returns the current unit for writing and starts the next one
+// (under stageMu).
+func (l *Log) take() *unit {
 	u := l.cur
 	u.pack = l.pack.take()
 	l.chunkSize += uint64(len(u.recs))
@@ -265,10 +274,10 @@ func (l *Log) handOff() {
 	l.cur = l.unit()
 	l.cur.seq, l.cur.recs = l.seq+1, l.buffer(l.freeChunk)
 	l.pack.buf = l.buffer(l.freePack)
-	l.unitc <- u
+	return u
 }
 
-// buffer returns a written unit's buffer for reuse, or nil (the stager).
+// buffer returns a written unit's buffer for reuse, or nil.
 func (l *Log) buffer(free chan []byte) []byte {
 	select {
 	case b := <-free:
@@ -283,8 +292,8 @@ func (l *Log) buffer(free chan []byte) []byte {
 func (l *Log) unit() *unit {
 	select {
 	case u := <-l.freeUnit:
-		// Emptied here, not by the syncer: until the stager filters it out
-		// of inflight, rebuildW may still read its seq.
+		// Emptied here, under stageMu, not when recycled: until take
+		// filters it out of inflight, rebuildW may still read its seq.
 		*u = unit{reqs: u.reqs[:0], acc: u.acc[:0]}
 		return u
 	default:
@@ -292,7 +301,7 @@ func (l *Log) unit() *unit {
 	}
 }
 
-// recycle hands a written unit and its buffers back to the stager (the
+// recycle keeps a written unit and its buffers for the next units (the
 // syncer): once written and answered, nothing reads them.
 func (l *Log) recycle(u *unit) {
 	give := func(free chan []byte, b []byte) {
@@ -320,28 +329,6 @@ func (l *Log) recycle(u *unit) {
 // maxRecycled bounds the buffers kept for reuse, so one huge append does
 // not pin its memory for the rest of the run.
 const maxRecycled = 4 << 20
-
-func (l *Log) syncer() {
-	defer close(l.done)
-	var took time.Duration
-	for {
-		select {
-		case l.readyc <- took:
-		case <-l.stagerDone:
-			return
-		}
-		// The stager receives readyc as soon as the syncer is idle, so
-		// it may stop without a unit for it: it closes unitc after its
-		// last one.
-		u, ok := <-l.unitc
-		if !ok {
-			return
-		}
-		t0 := time.Now()
-		l.sync(u)
-		took = time.Since(t0)
-	}
-}
 
 // sync makes one unit durable, publishes it and answers its appends.
 func (l *Log) sync(u *unit) {
@@ -380,7 +367,7 @@ func (l *Log) sync(u *unit) {
 	for _, a := range u.acc {
 		if err := ApplyAt(l.s, a.ev, a.off); err != nil {
 			l.mu.Unlock()
-			panic(fmt.Sprintf("runlog: durable state rejected an event the stager accepted: %v", err))
+			panic(fmt.Sprintf("runlog: durable state rejected an event staging accepted: %v", err))
 		}
 		l.markDirty(a.ev)
 	}

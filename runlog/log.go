@@ -68,12 +68,17 @@ type Log struct {
 	files    fileCache
 	blobs    blobReader
 
-	reqc chan *request
 	quit chan struct{}
 	done chan struct{}
 	once sync.Once
 
-	// Owned by the stager goroutine.
+	// Under stageMu: what Append stages into and the syncer takes.
+	stageMu   sync.Mutex
+	room      *sync.Cond    // the current unit has room (MaxBatch) or the log closed
+	kick      chan struct{} // wakes the syncer; buffered (1)
+	idle      bool          // the syncer waits for a unit
+	want      int           // appends the idle syncer expects before it writes
+	closed    bool
 	w         *State // durable state plus the appends staged or syncing
 	chunkBase uint64 // the chunk being staged into
 	chunkSize uint64 // its size including staged units
@@ -86,14 +91,11 @@ type Log struct {
 	// Owned by the syncer goroutine.
 	chunkF, packF storage.File
 
-	freeChunk  chan []byte // written units' buffers, back to the stager
-	freePack   chan []byte
-	freeUnit   chan *unit         // written units, emptied, back to the stager
-	readyc     chan time.Duration // the syncer is idle; how long its last write took
-	unitc      chan *unit
-	stagerDone chan struct{}
-	published  uint64 // seq of the last published unit; under mu
-	failed     error  // under mu
+	freeChunk chan []byte // written units' buffers, for the next units
+	freePack  chan []byte
+	freeUnit  chan *unit // written units, emptied, for reuse
+	published uint64     // seq of the last published unit; under mu
+	failed    error      // under mu
 
 	snapMu sync.Mutex // one snapshot at a time
 	chain  []snapMeta
@@ -123,21 +125,19 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 		opts.FS = storage.OS
 	}
 	l := &Log{
-		opts:       opts,
-		logger:     opts.Logger,
-		logDir:     filepath.Join(dir, logSubdir),
-		snapDir:    filepath.Join(dir, logSubdir, snapSubdir),
-		dirty:      map[GroupID]struct{}{},
-		reqc:       make(chan *request),
-		quit:       make(chan struct{}),
-		done:       make(chan struct{}),
-		readyc:     make(chan time.Duration),
-		unitc:      make(chan *unit, 1),
-		freeChunk:  make(chan []byte, 2),
-		freePack:   make(chan []byte, 2),
-		freeUnit:   make(chan *unit, 2),
-		stagerDone: make(chan struct{}),
-		cur:        &unit{seq: 1},
+		opts:      opts,
+		logger:    opts.Logger,
+		logDir:    filepath.Join(dir, logSubdir),
+		snapDir:   filepath.Join(dir, logSubdir, snapSubdir),
+		dirty:     map[GroupID]struct{}{},
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		idle:      true,
+		freeChunk: make(chan []byte, 2),
+		freePack:  make(chan []byte, 2),
+		freeUnit:  make(chan *unit, 2),
+		cur:       &unit{seq: 1},
 	}
 	l.files.dir = l.logDir
 	l.blobs.dir = l.logDir
@@ -148,7 +148,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 		l.files.close()
 		return nil, err
 	}
-	go l.stager()
+	l.room = sync.NewCond(&l.stageMu)
 	go l.syncer()
 	return l, nil
 }
