@@ -36,8 +36,9 @@ func (r *request) answer() { r.done <- struct{}{} }
 // the first event once all are durable. If any event is invalid nothing is
 // written and the error says which. Concurrent Appends share one fsync.
 //
-// Once an append has been handed to the writer, Append waits for its
-// outcome even if ctx is cancelled: the append may already be durable.
+// ctx is checked once, before the events are staged: once staged, Append
+// waits for their outcome even if ctx is cancelled (the append may already
+// be durable). After Close it returns ErrClosed.
 func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
 	if len(evs) == 0 {
 		return 0, errors.New("runlog: append of no events")
