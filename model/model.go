@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/internal/rng"
@@ -397,19 +396,10 @@ func abs(x int) int {
 }
 
 // runShards runs fn for each shard, shard 0 on the calling goroutine and
-// the others on their own, and waits for all.
-func runShards(fn func(shard int)) {
-	var wg sync.WaitGroup
-	for s := 1; s < nShards; s++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(s)
-		}()
-	}
-	fn(0)
-	wg.Wait()
-}
+// the others on kern's helper goroutines (which spin briefly between jobs,
+// so the decode steps' back-to-back forks do not each pay a thread
+// wake-up), and waits for all.
+func runShards(fn func(shard int)) { kern.Fork(nShards, fn) }
 
 func (m *Model) checkTokens(toks []int32) error {
 	if len(toks) == 0 {
