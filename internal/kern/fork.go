@@ -20,7 +20,11 @@ import (
 // core. A helper spins for spinWait after each job before it parks, so back
 // to back calls (GEMM shards, decode steps, layer after layer) reach a
 // running thread. The caller likewise spins for the helpers' shards before
-// it blocks.
+// it blocks. A job a helper has not started by the time the caller is done
+// with its own shard is taken back and run by the caller: on an
+// oversubscribed machine a helper's thread may not be on a CPU, and the
+// caller must not wait for it to be scheduled (a fresh goroutine had the
+// same property: the caller's P ran it itself).
 func Fork(n int, fn func(i int)) {
 	if n <= 1 || runtime.GOMAXPROCS(0) < 2 {
 		for i := range n {
@@ -46,7 +50,11 @@ func Fork(n int, fn func(i int)) {
 	}
 	fn(0)
 	for _, h := range got[:nh] {
-		h.wait()
+		if f, i, ok := h.takeBack(); ok {
+			f(i)
+		} else {
+			h.wait()
+		}
 		helpers.release(h)
 	}
 	wg.Wait()
@@ -103,10 +111,11 @@ func (p *helperPool) release(h *helper) {
 // counter and then parks on a one-slot channel, using the parked/waiting
 // flags so exactly one wake-up is sent for each park (see park).
 type helper struct {
-	fn   func(int)
-	arg  int
-	seq  atomic.Uint64 // jobs posted
-	done atomic.Uint64 // jobs finished
+	fn    func(int)
+	arg   int
+	seq   atomic.Uint64 // jobs posted
+	claim atomic.Uint64 // jobs claimed, by the helper (to run) or the caller (taken back)
+	done  atomic.Uint64 // jobs finished by the helper
 	// parked: the helper is (about to be) blocked on wake; waiting: the
 	// caller is (about to be) blocked on fin.
 	parked, waiting atomic.Bool
@@ -121,6 +130,18 @@ func (h *helper) post(fn func(int), arg int) {
 	}
 }
 
+// takeBack claims the posted job for the caller if the helper has not
+// claimed it yet, and returns it.
+func (h *helper) takeBack() (func(int), int, bool) {
+	k := h.seq.Load()
+	if !h.claim.CompareAndSwap(k-1, k) {
+		return nil, 0, false
+	}
+	fn, arg := h.fn, h.arg
+	h.fn = nil
+	return fn, arg, true
+}
+
 func (h *helper) wait() {
 	want := h.seq.Load()
 	park(&h.done, want, &h.waiting, h.fin)
@@ -130,6 +151,9 @@ func (h *helper) wait() {
 func (h *helper) loop() {
 	for next := uint64(1); ; next++ {
 		park(&h.seq, next, &h.parked, h.wake)
+		if !h.claim.CompareAndSwap(next-1, next) {
+			continue // the caller took this job back
+		}
 		h.fn(h.arg)
 		h.done.Store(next)
 		if h.waiting.CompareAndSwap(true, false) {

@@ -83,6 +83,34 @@ func TestForkUsesHelpers(t *testing.T) {
 	}
 }
 
+// TestForkTakeBack: a job its helper has not claimed goes back to the
+// caller exactly once, and one the helper claimed stays with the helper.
+// The helper here has no loop running, which stands for a helper whose
+// thread is not on a CPU.
+func TestForkTakeBack(t *testing.T) {
+	h := &helper{wake: make(chan struct{}, 1), fin: make(chan struct{}, 1)}
+	ran := -1
+	h.post(func(i int) { ran = i }, 7)
+	f, i, ok := h.takeBack()
+	if !ok {
+		t.Fatal("an unclaimed job was not taken back")
+	}
+	f(i)
+	if ran != 7 {
+		t.Fatalf("taken-back job ran with %d, want 7", ran)
+	}
+	if _, _, ok := h.takeBack(); ok {
+		t.Fatal("a job was taken back twice")
+	}
+	h.post(func(int) {}, 8)
+	if !h.claim.CompareAndSwap(1, 2) { // the helper claims job 2
+		t.Fatal("helper could not claim job 2")
+	}
+	if _, _, ok := h.takeBack(); ok {
+		t.Fatal("a job the helper claimed was taken back")
+	}
+}
+
 // parGo is the pre-helper MatMul*Par: one fresh goroutine per extra shard
 // per call. Kept as the baseline of BenchmarkParSync.
 func parGo(kind int, c, a, b []float32, m, k, n int, acc bool, shards int) {
