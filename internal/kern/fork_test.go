@@ -231,3 +231,39 @@ func BenchmarkForkEmpty(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkForkFMA: two FMA-peak jobs of 2-22 µs (register-only, no memory
+// traffic) run one after another, under Fork, and with a fresh goroutine
+// for the second, interleaved; reports the best (shortest) call of each as
+// GFLOP/s. 2× the single rate means both jobs ran at the same time, 1× that
+// they ran one after the other. On a shared machine the best call shows
+// what each form can do when both vCPUs are free for a moment.
+func BenchmarkForkFMA(b *testing.B) {
+	if FMAPeakLoop(1) == 0 {
+		b.Skip("no FMA peak loop on this path")
+	}
+	for _, iters := range []int{1000, 5000, 10000} {
+		b.Run(fmt.Sprint(iters), func(b *testing.B) {
+			best := [3]time.Duration{time.Hour, time.Hour, time.Hour}
+			fl := FMAPeakLoop(iters)
+			for range 600 * b.N {
+				t0 := time.Now()
+				FMAPeakLoop(iters)
+				best[0] = min(best[0], time.Since(t0))
+				t0 = time.Now()
+				Fork(2, func(int) { FMAPeakLoop(iters) })
+				best[1] = min(best[1], time.Since(t0))
+				t0 = time.Now()
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() { defer wg.Done(); FMAPeakLoop(iters) }()
+				FMAPeakLoop(iters)
+				wg.Wait()
+				best[2] = min(best[2], time.Since(t0))
+			}
+			b.ReportMetric(fl/best[0].Seconds()/1e9, "GF/s-1")
+			b.ReportMetric(2*fl/best[1].Seconds()/1e9, "GF/s-fork")
+			b.ReportMetric(2*fl/best[2].Seconds()/1e9, "GF/s-go")
+		})
+	}
+}
