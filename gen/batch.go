@@ -15,8 +15,16 @@ type Batcher struct {
 	inner  Generator
 	max    int
 	window time.Duration
+	gap    time.Duration // a batch also closes this long after its latest arrival
 	queue  chan *pending
 }
+
+// burstGap closes a batch early once its burst of arrivals is over: the
+// rollouts of one step answer their env turns and come back within tens of
+// µs of each other, and waiting out the whole window after the last of them
+// left both cores idle for it (the window was up to the length of a 6-token
+// call). A quiet gap this long ends the gathering.
+const burstGap = 300 * time.Microsecond
 
 type pending struct {
 	ctx  context.Context
@@ -27,13 +35,18 @@ type pending struct {
 }
 
 // NewBatcher starts a batcher over inner that sends at most max requests per
-// call, waiting up to window after the first request for others to join.
-// It runs until ctx ends.
+// call, waiting up to window after the first request for others to join,
+// but no longer than a short quiet gap (burstGap, at most window) after the
+// latest one. It runs until ctx ends.
 func NewBatcher(ctx context.Context, inner Generator, max int, window time.Duration) *Batcher {
+	return newBatcher(ctx, inner, max, window, min(burstGap, window))
+}
+
+func newBatcher(ctx context.Context, inner Generator, max int, window, gap time.Duration) *Batcher {
 	if max < 1 {
 		max = 1
 	}
-	b := &Batcher{inner: inner, max: max, window: window, queue: make(chan *pending, 4096)}
+	b := &Batcher{inner: inner, max: max, window: window, gap: gap, queue: make(chan *pending, 4096)}
 	go b.loop(ctx)
 	return b
 }
@@ -71,10 +84,12 @@ func (b *Batcher) loop(ctx context.Context) {
 		}
 		batch := []*pending{first}
 		n := len(first.reqs)
+		end := time.Now().Add(b.window)
+		wait := func() time.Duration { return max(0, min(time.Until(end), b.gap)) }
 		if timer == nil {
-			timer = time.NewTimer(b.window)
+			timer = time.NewTimer(wait())
 		} else {
-			timer.Reset(b.window)
+			timer.Reset(wait())
 		}
 	gather:
 		for n < b.max {
@@ -82,18 +97,14 @@ func (b *Batcher) loop(ctx context.Context) {
 			case p := <-b.queue:
 				batch = append(batch, p)
 				n += len(p.reqs)
+				timer.Reset(wait()) // (Go ≥ 1.23 timers: no stale fire survives Reset or Stop)
 			case <-timer.C:
 				break gather
 			case <-ctx.Done():
 				break gather
 			}
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		timer.Stop()
 		b.run(ctx, batch, n)
 	}
 }

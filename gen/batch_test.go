@@ -67,3 +67,63 @@ func TestBatcherCancelled(t *testing.T) {
 		t.Fatal("want an error after cancel")
 	}
 }
+
+// TestBatcherClosesAfterQuietGap: a lone request is sent once the quiet gap
+// after it has passed, not after the whole window.
+func TestBatcherClosesAfterQuietGap(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := NewBatcher(ctx, &countingGen{}, 16, 20*time.Second)
+	t0 := time.Now()
+	if _, err := b.Generate(ctx, []Request{{Seed: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("a lone request waited %v: the batch did not close after the %v quiet gap", d, burstGap)
+	}
+}
+
+// TestBatcherGapGathersBurst: requests arriving within the gap of each other
+// join one batch, and a steady trickle is still cut at the window.
+func TestBatcherGapGathersBurst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inner := &countingGen{}
+	b := newBatcher(ctx, inner, 64, 20*time.Second, 2*time.Second)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.Generate(ctx, []Request{{Seed: uint64(i)}}); err != nil {
+				t.Error(err)
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	inner.mu.Lock()
+	if len(inner.calls) != 1 || inner.calls[0] != 3 {
+		t.Errorf("burst of 3 within the gap: calls %v, want one batch of 3", inner.calls)
+	}
+	inner.mu.Unlock()
+
+	inner2 := &countingGen{}
+	b = newBatcher(ctx, inner2, 64, 150*time.Millisecond, 150*time.Millisecond)
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.Generate(ctx, []Request{{Seed: uint64(i)}}); err != nil {
+				t.Error(err)
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	inner2.mu.Lock()
+	defer inner2.mu.Unlock()
+	if len(inner2.calls) < 2 {
+		t.Errorf("a trickle over 600 ms with a 150 ms window: calls %v, want it cut into several batches", inner2.calls)
+	}
+}

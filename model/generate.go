@@ -188,29 +188,27 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 	}
 	var errs [nShards]error
 	for _, idx := range byLevel {
+		if len(idx) == 1 {
+			// a lone request (the root of a single group): its products and
+			// heads go over both cores instead of leaving one idle
+			ws := m.workspace(0, false)
+			ws.par = nShards
+			errs[0] = m.prefill(ctx, ws, seqs, idx[0], parent[idx[0]], shared[idx[0]])
+			ws.par = 0
+			if errs[0] != nil {
+				break
+			}
+			continue
+		}
 		runShards(func(sh int) {
 			ws := m.workspace(sh, false)
 			for _, i := range idx {
 				if shardOf[i] != sh {
 					continue
 				}
-				if err := ctx.Err(); err != nil {
-					errs[sh] = err
+				if errs[sh] = m.prefill(ctx, ws, seqs, i, parent[i], shared[i]); errs[sh] != nil {
 					return
 				}
-				s := seqs[i]
-				p := s.req.Prompt
-				if parent[i] >= 0 {
-					copyKV(s.kv, seqs[parent[i]].kv, shared[i], c)
-				}
-				if shared[i] == len(p) {
-					copy(s.logits, seqs[parent[i]].logits)
-				} else {
-					m.forward(ws, p[shared[i]:], shared[i], s.kv, true)
-					copy(s.logits, ws.logits[:c.Vocab])
-					transposeKeys(s.kv, shared[i], len(p), c)
-				}
-				s.pos = len(p)
 			}
 		})
 		if slices.ContainsFunc(errs[:], func(e error) bool { return e != nil }) {
@@ -245,6 +243,29 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 		}
 	}
 	return res, nil
+}
+
+// prefill computes request i's prompt past the shared positions it copies
+// from its parent, leaving its next-token logits in seqs[i].
+func (m *Model) prefill(ctx context.Context, ws *workspace, seqs []*genSeq, i, parent, shared int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c := m.cfg
+	s := seqs[i]
+	p := s.req.Prompt
+	if parent >= 0 {
+		copyKV(s.kv, seqs[parent].kv, shared, c)
+	}
+	if shared == len(p) {
+		copy(s.logits, seqs[parent].logits)
+	} else {
+		m.forward(ws, p[shared:], shared, s.kv, true)
+		copy(s.logits, ws.logits[:c.Vocab])
+		transposeKeys(s.kv, shared, len(p), c)
+	}
+	s.pos = len(p)
+	return nil
 }
 
 func lcp(a, b []int32) int {

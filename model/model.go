@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/internal/rng"
@@ -177,6 +176,12 @@ type workspace struct {
 	grad  []float32 // parameter gradients, laid out like the weights
 	g     params
 	train bool // backward buffers allocated
+
+	// par > 1 spreads forward's products (row blocks, kern.MatMulPar) and
+	// attention heads over that many goroutines: for a prefill the other
+	// shard has no work for. Row and head splits leave every value's
+	// arithmetic unchanged.
+	par int
 }
 
 func (m *Model) workspace(shard int, train bool) *workspace {
@@ -245,7 +250,7 @@ func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv []layerKV, lastO
 	for l := range c.Layers {
 		a, lp := &ws.layers[l], &m.p.layers[l]
 		rmsnormForward(a.ln1, a.rstd1, a.x, lp.ln1, n, d, c.NormEps)
-		kern.MatMul(ws.qkv, a.ln1, lp.qkv, n, d, 3*d, false)
+		kern.MatMulPar(ws.qkv, a.ln1, lp.qkv, n, d, 3*d, false, ws.par)
 		// split heads: q into the workspace, k and v into the store
 		for r := range n {
 			pos := p0 + r
@@ -264,21 +269,28 @@ func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv []layerKV, lastO
 				}
 			}
 		}
-		for h := range H {
-			attnForward(ws.hout[h*T*hs:], a.probs[h*T*T:], a.q[h*T*hs:], kv[l].k[h*T*hs:], kv[l].v[h*T*hs:], p0, n, hs, scale)
+		heads := func(h0, h1 int) {
+			for h := h0; h < h1; h++ {
+				attnForward(ws.hout[h*T*hs:], a.probs[h*T*T:], a.q[h*T*hs:], kv[l].k[h*T*hs:], kv[l].v[h*T*hs:], p0, n, hs, scale)
+			}
+		}
+		if ws.par > 1 {
+			kern.Fork(ws.par, func(i int) { heads(i*H/ws.par, (i+1)*H/ws.par) })
+		} else {
+			heads(0, H)
 		}
 		mergeHeads(a.att, ws.hout, n, H, hs, T)
 		copy(a.x2[:n*d], a.x[:n*d])
-		kern.MatMul(a.x2, a.att, lp.proj, n, d, d, true)
+		kern.MatMulPar(a.x2, a.att, lp.proj, n, d, d, true, ws.par)
 		rmsnormForward(a.ln2, a.rstd2, a.x2, lp.ln2, n, d, c.NormEps)
-		kern.MatMul(a.h, a.ln2, lp.fc, n, d, 2*f, false)
+		kern.MatMulPar(a.h, a.ln2, lp.fc, n, d, 2*f, false, ws.par)
 		swigluForward(a.act, a.sig, a.h, n, f)
 		next := ws.xf
 		if l+1 < c.Layers {
 			next = ws.layers[l+1].x
 		}
 		copy(next[:n*d], a.x2[:n*d])
-		kern.MatMul(next, a.act, lp.fc2, n, f, d, true)
+		kern.MatMulPar(next, a.act, lp.fc2, n, f, d, true, ws.par)
 	}
 	if lastOnly {
 		r := n - 1
@@ -287,7 +299,7 @@ func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv []layerKV, lastO
 		return
 	}
 	rmsnormForward(ws.lnf, ws.rstdf, ws.xf, m.p.lnf, n, d, c.NormEps)
-	kern.MatMulNT(ws.logits, ws.lnf, m.p.wte, n, d, c.Vocab, false)
+	kern.MatMulNTPar(ws.logits, ws.lnf, m.p.wte, n, d, c.Vocab, false, ws.par)
 }
 
 // mergeHeads writes per-head rows (H, T, hs) into token rows (n, H·hs).
@@ -397,19 +409,10 @@ func abs(x int) int {
 }
 
 // runShards runs fn for each shard, shard 0 on the calling goroutine and
-// the others on their own, and waits for all.
-func runShards(fn func(shard int)) {
-	var wg sync.WaitGroup
-	for s := 1; s < nShards; s++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(s)
-		}()
-	}
-	fn(0)
-	wg.Wait()
-}
+// the others on kern's helper goroutines (which spin briefly between jobs,
+// so the decode steps' back-to-back forks do not each pay a thread
+// wake-up), and waits for all.
+func runShards(fn func(shard int)) { kern.Fork(nShards, fn) }
 
 func (m *Model) checkTokens(toks []int32) error {
 	if len(toks) == 0 {

@@ -404,11 +404,20 @@ func gradNorm(g []float32) float64 {
 
 // adamw applies one AdamW update with learning rate lr to the weights.
 // https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
+// The update is elementwise, so the parameters are split into nShards
+// contiguous ranges of equal size updated concurrently: every element gets
+// the same arithmetic wherever the split falls.
 func (t *Trainer) adamw(lr float64) {
-	for _, s := range t.m.specs {
-		lo, hi := s.off, s.off+s.size
-		t.oc.AdamW(t.step, lr, t.m.w[lo:hi], t.grad[lo:hi], t.mom[lo:hi], t.vel[lo:hi], s.decay)
-	}
+	total := numParams(t.m.specs)
+	runShards(func(sh int) {
+		a, b := sh*total/nShards, (sh+1)*total/nShards
+		for _, s := range t.m.specs {
+			lo, hi := max(s.off, a), min(s.off+s.size, b)
+			if lo < hi {
+				t.oc.AdamW(t.step, lr, t.m.w[lo:hi], t.grad[lo:hi], t.mom[lo:hi], t.vel[lo:hi], s.decay)
+			}
+		}
+	})
 }
 
 // Trainer state file: magic, version, step, parameter count, layout hash,

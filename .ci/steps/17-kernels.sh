@@ -20,5 +20,8 @@ timeout 300 go test -count=1 -run 'TestKernelPathsBitIdentical|TestPathGoldenDig
 if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
   LONGHAUL_KERN_PATH=avx2 timeout 120 go test -count=1 -run 'TestAttnDecodeRow|TestGenerate|TestPrefillSpreads' ./model/
 fi
+# whether a fork-join reaches the second core (kern.Fork's helpers against a
+# fresh goroutine per call; 2x the single rate = both jobs ran at once)
+timeout 120 go test -count=1 -run X -bench 'ForkFMA' -benchtime 1x ./internal/kern/ | grep -E '^Benchmark'
 go build -o /tmp/longhaul-17 ./cmd/longhaul
 timeout 120 /tmp/longhaul-17 bench kernels --reps 3 --slice 20ms

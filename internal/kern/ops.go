@@ -3,7 +3,6 @@ package kern
 import (
 	"fmt"
 	"math"
-	"sync"
 )
 
 // Layout kinds of the three matrix products.
@@ -56,17 +55,9 @@ func par(kind int, c, a, b []float32, m, k, n int, acc bool, shards int) {
 	// last uses only full micro-kernel tiles.
 	per := (m + shards - 1) / shards
 	per = (per + 3) &^ 3
-	var wg sync.WaitGroup
-	for r0 := per; r0 < m; r0 += per {
-		r1 := min(r0+per, m)
-		wg.Add(1)
-		go func(r0, r1 int) {
-			defer wg.Done()
-			mmRows(kind, c, a, b, m, k, n, acc, r0, r1)
-		}(r0, r1)
-	}
-	mmRows(kind, c, a, b, m, k, n, acc, 0, min(per, m))
-	wg.Wait()
+	Fork((m+per-1)/per, func(s int) {
+		mmRows(kind, c, a, b, m, k, n, acc, s*per, min((s+1)*per, m))
+	})
 }
 
 // refRows is the reference product restricted to output rows [r0, r1); the

@@ -71,6 +71,8 @@ func BenchmarkKernelShare(b *testing.B) {
 	}
 	drivers := []driver{{"avx2", false, func(c []float32, A, B operand, m, k, n int, sc *scratch) {
 		gemm256(c, n, A, B, m, k, n, false, true, &sc.b, nil)
+	}}, {"avx2archsimd", false, func(c []float32, A, B operand, m, k, n int, sc *scratch) {
+		gemm256simd(c, n, A, B, m, k, n, false, true, &sc.b)
 	}}}
 	if cpuISA >= isaAVX512 {
 		drivers = append(drivers, driver{"512archsimd", true, func(c []float32, A, B operand, m, k, n int, sc *scratch) {
@@ -129,6 +131,7 @@ func BenchmarkKernelShare(b *testing.B) {
 			b.Log(line)
 		}
 		b.ReportMetric(worst["avx2"], "min%pk-avx2")
+		b.ReportMetric(worst["avx2archsimd"], "min%pk-avx2archsimd")
 		if cpuISA >= isaAVX512 {
 			b.ReportMetric(worst[fmt.Sprintf("z%dx%dk%d", zRows, 16*zVecs, zKC)], "min%pk-avx512")
 		}
