@@ -96,6 +96,10 @@ type Encoding struct {
 	// of the messages already converted); opaque to everyone else, never
 	// modified once returned.
 	State any
+	// Reused is how many leading IDs were taken from the prev encoding
+	// this one was made from (IDs[:Reused] equal prev.IDs[:Reused]): a
+	// caller comparing the two token sequences starts there.
+	Reused int
 }
 
 // Cut is a restart point: Text is a byte offset in Encoding.Text, ID the
@@ -107,4 +111,13 @@ type Cut struct{ Text, ID int }
 type IncrementalChat interface {
 	Chat
 	RenderEncoding(ctx context.Context, msgs []Message, opt RenderOptions, prev *Encoding) (*Encoding, error)
+}
+
+// RecyclingChat is an IncrementalChat that can also write the new
+// encoding into the memory of spare, an encoding the caller will never use
+// again (optional): the bridge's two renders per turn then copy the shared
+// history's ids without allocating and clearing them anew.
+type RecyclingChat interface {
+	IncrementalChat
+	RenderEncodingInto(ctx context.Context, msgs []Message, opt RenderOptions, prev, spare *Encoding) (*Encoding, error)
 }

@@ -94,6 +94,9 @@ type values struct {
 	toolsRaw []json.RawMessage
 	tools    []jinja.Value
 	qwen     *qwenState // the Go rendering's state (qwen3.go)
+	// same is how many leading bytes of this render are known equal to
+	// the render prev was (reused header and messages); 0 when unknown.
+	same int
 }
 
 // render renders msgs reusing prev's values for the messages it shares
@@ -107,11 +110,11 @@ func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions,
 		if prev != nil {
 			pq = prev.qwen
 		}
-		s, q, err := t.renderQwen3(msgs, opt, pq)
+		s, q, same, err := t.renderQwen3(msgs, opt, pq)
 		if err != nil {
 			return "", nil, err
 		}
-		return s, &values{qwen: q}, nil
+		return s, &values{qwen: q, same: same}, nil
 	}
 	data := make(map[string]jinja.Value, 8+len(opt.Kwargs))
 	for k, v := range opt.Kwargs {
@@ -329,14 +332,27 @@ type incremental interface {
 	EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding
 }
 
+// recycling is an incremental tokenizer that takes the renderer's
+// known-equal prefix and a spare encoding (tokenizer/hf).
+type recycling interface {
+	EncodeFromInto(prev *tokenizer.Encoding, text string, same int, spare *tokenizer.Encoding) *tokenizer.Encoding
+}
+
 // RenderEncoding renders msgs and encodes the text reusing prev: the
 // template values of the messages prev was rendered from (when the
 // template is a *Template) and the ids up to the last safe restart point
 // (when the tokenizer is incremental). The result equals RenderTokens'
 // (TestFastPathEqualsFullRender, TestRenderEncodingReuse).
-func (c Chat) RenderEncoding(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) (*tokenizer.Encoding, error) {
+func (c Chat) RenderEncoding(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) (*tokenizer.Encoding, error) {
+	return c.RenderEncodingInto(ctx, msgs, opt, prev, nil)
+}
+
+// RenderEncodingInto is RenderEncoding writing into spare (see
+// tokenizer.RecyclingChat) when the tokenizer supports it.
+func (c Chat) RenderEncodingInto(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev, spare *tokenizer.Encoding) (*tokenizer.Encoding, error) {
 	var s string
 	var state any
+	same := 0
 	if tm, ok := c.Template.(*Template); ok {
 		var pv *values
 		if prev != nil {
@@ -347,6 +363,9 @@ func (c Chat) RenderEncoding(_ context.Context, msgs []tokenizer.Message, opt to
 			return nil, err
 		}
 		s, state = str, v
+		if pv != nil {
+			same = v.same
+		}
 	} else {
 		str, err := c.Template.Render(msgs, opt)
 		if err != nil {
@@ -355,9 +374,12 @@ func (c Chat) RenderEncoding(_ context.Context, msgs []tokenizer.Message, opt to
 		s = str
 	}
 	var e *tokenizer.Encoding
-	if inc, ok := c.Tok.(incremental); ok {
+	switch inc := c.Tok.(type) {
+	case recycling:
+		e = inc.EncodeFromInto(prev, s, same, spare)
+	case incremental:
 		e = inc.EncodeFrom(prev, s)
-	} else {
+	default:
 		e = &tokenizer.Encoding{Text: s, IDs: c.Tok.Encode(s)}
 	}
 	e.State = state

@@ -85,7 +85,9 @@ func qwen3Applies(msgs []tokenizer.Message, opt tokenizer.RenderOptions) bool {
 	return true
 }
 
-func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *qwenState) (string, *qwenState, error) {
+// renderQwen3 also returns how many leading bytes are the same as prev's
+// render (its header and the messages before the first re-rendered one).
+func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *qwenState) (string, *qwenState, int, error) {
 	// Messages first, then tools: the engine path converts (and refuses)
 	// them in that order.
 	st := &qwenState{}
@@ -100,6 +102,7 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 	}
 	st.chunks = make([]*qwenChunk, len(msgs))
 	size := 0
+	reused := 0 // leading chunks taken from prev
 	for i, m := range msgs {
 		var f uint8
 		if i == len(msgs)-1 {
@@ -119,10 +122,13 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 		}
 		if prev != nil && i < len(prev.chunks) && prev.chunks[i].facts == f && sameMessage(prev.chunks[i].msg, m) {
 			st.chunks[i] = prev.chunks[i]
+			if reused == i {
+				reused++
+			}
 		} else {
 			text, err := t.qwenMessage(i, m, f)
 			if err != nil {
-				return "", nil, err
+				return "", nil, 0, err
 			}
 			st.chunks[i] = &qwenChunk{msg: m, facts: f, text: text}
 		}
@@ -133,9 +139,11 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 	if msgs[0].Role == "system" {
 		sys = &msgs[0]
 	}
+	headerReused := false
 	if prev != nil && slices.EqualFunc(prev.toolsRaw, toBytes(opt.Tools), slices.Equal) &&
 		(sys == nil) == (prev.system == nil) && (sys == nil || sameMessage(*sys, *prev.system)) {
 		st.toolsRaw, st.system, st.header = prev.toolsRaw, prev.system, prev.header
+		headerReused = true
 	} else {
 		var b strings.Builder
 		if len(opt.Tools) > 0 {
@@ -147,11 +155,11 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 			for i, raw := range opt.Tools {
 				v, err := jsonValue(raw)
 				if err != nil {
-					return "", nil, fmt.Errorf("chat: tools[%d]: %w", i, err)
+					return "", nil, 0, fmt.Errorf("chat: tools[%d]: %w", i, err)
 				}
 				s, err := engineJSON(v)
 				if err != nil {
-					return "", nil, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
+					return "", nil, 0, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 				}
 				b.WriteString("\n" + s)
 			}
@@ -166,6 +174,13 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 		}
 	}
 	size += len(st.header)
+	same := 0
+	if headerReused {
+		same = len(st.header)
+		for _, c := range st.chunks[:reused] {
+			same += len(c.text)
+		}
+	}
 	var b strings.Builder
 	b.Grow(size + 40)
 	b.WriteString(st.header)
@@ -178,7 +193,7 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 			b.WriteString("<think>\n\n</think>\n\n")
 		}
 	}
-	return b.String(), st, nil
+	return b.String(), st, same, nil
 }
 
 // qwenMessage renders message i as the template's main loop does.

@@ -226,17 +226,33 @@ func (t *Tokenizer) Encode(text string) []int32 {
 // added-token match looks that far ahead.
 // The result equals Encode(text) (FuzzEncodeFrom checks it).
 func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding {
-	e := &tokenizer.Encoding{Text: text}
+	return t.EncodeFromInto(prev, text, 0, nil)
+}
+
+// EncodeFromInto is EncodeFrom with two hints: text and prev.Text are known
+// to be equal for their first same bytes (the renderer knows which
+// messages it reused; the comparison starts there), and spare, when not
+// nil, is an encoding the caller will not use again, whose struct and
+// arrays are overwritten instead of allocating new ones.
+func (t *Tokenizer) EncodeFromInto(prev *tokenizer.Encoding, text string, same int, spare *tokenizer.Encoding) *tokenizer.Encoding {
+	e := &tokenizer.Encoding{}
+	if spare != nil {
+		e, *spare = spare, tokenizer.Encoding{IDs: spare.IDs[:0], Cuts: spare.Cuts[:0]}
+	}
+	e.Text = text
 	start := 0
 	if prev != nil {
-		l := commonPrefix(prev.Text, text)
+		same = min(same, len(prev.Text), len(text))
+		l := same + commonPrefix(prev.Text[same:], text[same:])
 		// Cuts are ascending: find the last with Text+maxAdded <= l.
 		k := sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].Text+t.maxAdded+utf8.UTFMax > l }) - 1
 		if k >= 0 {
 			c := prev.Cuts[k]
 			start = c.Text
-			e.IDs = append(make([]int32, 0, c.ID+(len(text)-start)/3+4), prev.IDs[:c.ID]...)
-			e.Cuts = append(e.Cuts, prev.Cuts[:k+1]...)
+			// slices.Grow copies without clearing what it copies over.
+			e.IDs = append(slices.Grow(e.IDs, c.ID+(len(text)-start)/3+4), prev.IDs[:c.ID]...)
+			e.Cuts = append(slices.Grow(e.Cuts, k+1+(len(text)-start)/64), prev.Cuts[:k+1]...)
+			e.Reused = c.ID
 		}
 	}
 	e.IDs = t.encode(e.IDs, text[start:], start, &e.Cuts)
