@@ -47,6 +47,9 @@ type Template struct {
 	// qwen3: the source is Qwen3's template, rendered in Go (qwen3.go)
 	// unless engineOnly.
 	qwen3, engineOnly bool
+	// located is the template with line markers (lines.go), run only to
+	// find the line of a failed render; nil if it did not compile.
+	located *jinja.Template
 }
 
 // EngineOnly returns a copy of t that always renders with the Jinja
@@ -74,7 +77,8 @@ func Compile(name, src, bos, eos string) (*Template, error) {
 	reusable := !mutating.MatchString(src)
 	null := strings.Contains(src, "['content'] is none") || strings.Contains(src, "content is none")
 	str := strings.Contains(src, "arguments") && !strings.Contains(src, "arguments | tojson") && !strings.Contains(src, "arguments|tojson")
-	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable, qwen3: isQwen3(src)}, nil
+	located, _ := jinja.Compile(withLineMarks(code))
+	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable, qwen3: isQwen3(src), located: located}, nil
 }
 
 // Render renders msgs. A raise_exception in the template comes back as an
@@ -102,6 +106,12 @@ type values struct {
 // render renders msgs reusing prev's values for the messages it shares
 // with msgs (compared field by field), and returns the values it used.
 func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values) (string, *values, error) {
+	return t.renderOn(t.t, nil, msgs, opt, prev)
+}
+
+// renderOn renders with tmpl; line, when not nil, is the line tracker of
+// a located render (tmpl is then t.located).
+func (t *Template) renderOn(tmpl *jinja.Template, line *int, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values) (string, *values, error) {
 	if !t.reusable {
 		prev = nil
 	}
@@ -162,10 +172,26 @@ func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions,
 	if t.EOS != "" {
 		data["eos_token"] = jinja.NewString(t.EOS)
 	}
-	out, err := t.t.RenderValues(data)
+	if line != nil {
+		data[atFn] = lineTracker(line)
+	}
+	out, err := tmpl.RenderValues(data)
 	if err != nil {
 		if _, ok := errors.AsType[*LineError](err); ok {
 			return "", nil, fmt.Errorf("chat: %s: chat_template %w", t.name, err)
+		}
+		if line == nil && t.located != nil {
+			// Run again with line markers (fresh values: a template may
+			// have changed them before failing) to name the line.
+			var at int
+			_, _, lerr := t.renderOn(t.located, &at, msgs, opt, nil)
+			if lerr != nil && at > 0 {
+				err = &LineError{Line: at, Err: err}
+				return "", nil, fmt.Errorf("chat: %s: chat_template %w", t.name, err)
+			}
+		}
+		if line != nil {
+			return "", nil, err
 		}
 		return "", nil, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 	}
