@@ -100,6 +100,11 @@ type Encoding struct {
 	// this one was made from (IDs[:Reused] equal prev.IDs[:Reused]): a
 	// caller comparing the two token sequences starts there.
 	Reused int
+	// TextAt: Text holds the text from this byte on (0: all of it). Only a
+	// RecyclingChat's RenderEncodingInto returns a partial text, whose
+	// start is still the bytes its prev had: the bridge's next render
+	// compares and re-encodes only the tail.
+	TextAt int
 }
 
 // Cut is a restart point: Text is a byte offset in Encoding.Text, ID the
@@ -116,7 +121,8 @@ type IncrementalChat interface {
 // RecyclingChat is an IncrementalChat that can also write the new
 // encoding into the memory of spare, an encoding the caller will never use
 // again (optional): the bridge's two renders per turn then copy the shared
-// history's ids without allocating and clearing them anew.
+// history's ids without allocating and clearing them anew, and the text
+// of the unchanged history is not written again (Encoding.TextAt).
 type RecyclingChat interface {
 	IncrementalChat
 	RenderEncodingInto(ctx context.Context, msgs []Message, opt RenderOptions, prev, spare *Encoding) (*Encoding, error)

@@ -226,37 +226,63 @@ func (t *Tokenizer) Encode(text string) []int32 {
 // added-token match looks that far ahead.
 // The result equals Encode(text) (FuzzEncodeFrom checks it).
 func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding {
-	return t.EncodeFromInto(prev, text, 0, nil)
+	e, _ := t.EncodeFromInto(prev, text, 0, 0, nil)
+	return e
 }
 
-// EncodeFromInto is EncodeFrom with two hints: text and prev.Text are known
-// to be equal for their first same bytes (the renderer knows which
-// messages it reused; the comparison starts there), and spare, when not
-// nil, is an encoding the caller will not use again, whose struct and
-// arrays are overwritten instead of allocating new ones.
-func (t *Tokenizer) EncodeFromInto(prev *tokenizer.Encoding, text string, same int, spare *tokenizer.Encoding) *tokenizer.Encoding {
+// EncodeFromInto is EncodeFrom with hints from a renderer that knows what
+// it reused: text is the text from byte textAt on (the bytes before are
+// prev's), text and prev's text are known equal for their first same
+// bytes (the comparison starts there), and spare, when not nil, is an
+// encoding the caller will not use again, whose struct and arrays are
+// overwritten instead of allocating new ones. It reports false, touching
+// nothing, when the restart point lies before both textAt and the start of
+// prev's text (call again with the whole text, textAt 0).
+func (t *Tokenizer) EncodeFromInto(prev *tokenizer.Encoding, text string, textAt, same int, spare *tokenizer.Encoding) (*tokenizer.Encoding, bool) {
+	full := textAt + len(text)
+	start, k := 0, -1
+	pAt := 0
+	if prev != nil {
+		pAt = prev.TextAt
+		l := min(same, full, pAt+len(prev.Text))
+		if l >= pAt && l >= textAt {
+			l += commonPrefix(prev.Text[l-pAt:], text[l-textAt:])
+		}
+		// Cuts are ascending: find the last with Text+maxAdded <= l.
+		k = sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].Text+t.maxAdded+utf8.UTFMax > l }) - 1
+		if k >= 0 {
+			start = prev.Cuts[k].Text
+		}
+	}
+	// The text to encode, from start: the new text, or prev's bytes up to
+	// textAt (equal to the new text's there: textAt <= same) and the new
+	// text.
+	var seg string
+	switch {
+	case start >= textAt:
+		seg = text[start-textAt:]
+	case prev != nil && start >= pAt && textAt <= pAt+len(prev.Text):
+		seg = prev.Text[start-pAt:textAt-pAt] + text
+	default:
+		return nil, false
+	}
 	e := &tokenizer.Encoding{}
 	if spare != nil {
 		e, *spare = spare, tokenizer.Encoding{IDs: spare.IDs[:0], Cuts: spare.Cuts[:0]}
 	}
-	e.Text = text
-	start := 0
-	if prev != nil {
-		same = min(same, len(prev.Text), len(text))
-		l := same + commonPrefix(prev.Text[same:], text[same:])
-		// Cuts are ascending: find the last with Text+maxAdded <= l.
-		k := sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].Text+t.maxAdded+utf8.UTFMax > l }) - 1
-		if k >= 0 {
-			c := prev.Cuts[k]
-			start = c.Text
-			// slices.Grow copies without clearing what it copies over.
-			e.IDs = append(slices.Grow(e.IDs, c.ID+(len(text)-start)/3+4), prev.IDs[:c.ID]...)
-			e.Cuts = append(slices.Grow(e.Cuts, k+1+(len(text)-start)/64), prev.Cuts[:k+1]...)
-			e.Reused = c.ID
-		}
+	e.Text, e.TextAt = seg, start
+	if textAt == 0 { // the caller's whole text: keep it whole
+		e.Text, e.TextAt = text, 0
 	}
-	e.IDs = t.encode(e.IDs, text[start:], start, &e.Cuts)
-	return e
+	if k >= 0 {
+		c := prev.Cuts[k]
+		// slices.Grow copies without clearing what it copies over.
+		e.IDs = append(slices.Grow(e.IDs, c.ID+len(seg)/3+4), prev.IDs[:c.ID]...)
+		e.Cuts = append(slices.Grow(e.Cuts, k+1+len(seg)/64), prev.Cuts[:k+1]...)
+		e.Reused = c.ID
+	}
+	e.IDs = t.encode(e.IDs, seg, start, &e.Cuts)
+	return e, true
 }
 
 // commonPrefix is the length of the longest common prefix of a and b,
