@@ -96,6 +96,15 @@ type Encoding struct {
 	// of the messages already converted); opaque to everyone else, never
 	// modified once returned.
 	State any
+	// Reused is how many leading IDs were taken from the prev encoding
+	// this one was made from (IDs[:Reused] equal prev.IDs[:Reused]): a
+	// caller comparing the two token sequences starts there.
+	Reused int
+	// TextAt: Text holds the text from this byte on (0: all of it). Only a
+	// RecyclingChat's RenderEncodingInto returns a partial text, whose
+	// start is still the bytes its prev had: the bridge's next render
+	// compares and re-encodes only the tail.
+	TextAt int
 }
 
 // Cut is a restart point: Text is a byte offset in Encoding.Text, ID the
@@ -107,4 +116,14 @@ type Cut struct{ Text, ID int }
 type IncrementalChat interface {
 	Chat
 	RenderEncoding(ctx context.Context, msgs []Message, opt RenderOptions, prev *Encoding) (*Encoding, error)
+}
+
+// RecyclingChat is an IncrementalChat that can also write the new
+// encoding into the memory of spare, an encoding the caller will never use
+// again (optional): the bridge's two renders per turn then copy the shared
+// history's ids without allocating and clearing them anew, and the text
+// of the unchanged history is not written again (Encoding.TextAt).
+type RecyclingChat interface {
+	IncrementalChat
+	RenderEncodingInto(ctx context.Context, msgs []Message, opt RenderOptions, prev, spare *Encoding) (*Encoding, error)
 }

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Issue 13: real tokenizers and chat templates against the official
 # JavaScript reference, at full size (5,000 strings and 300 conversations per
-# model, the 20-turn bridge test), then brief fuzzing of the BPE encoder and
+# model, the 20-turn bridge test), then brief fuzzing of the BPE encoder, the
+# hand-written pre-tokenizer splits (against regexp2), the partial
+# re-encoding the bridge uses, and
 # the tool-call parsers. Run after 13-setup.sh. A missing reference fails
 # here instead of skipping (LONGHAUL_REQUIRE_TOKENIZERS=1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=${GOEXPERIMENT-simd} GOFLAGS=-buildvcs=false GOAMD64=v1 GOTOOLCHAIN=local
 export LONGHAUL_REQUIRE_TOKENIZERS=1 LONGHAUL_TOKENIZER_PARITY=full
-timeout 600 go test -count=1 -v -run 'Parity|TwentyTurns|ServerRendering|FastPath|RenderEncodingReuse|Qwen3Native' \
+timeout 600 go test -count=1 -v -run 'Parity|TwentyTurns|ServerRendering|FastPath|RenderEncodingReuse|Qwen3Native|HandSplit|RealTokenizersUse|RuntimeErrorsNameLine|LineMarksKeep' \
   ./tokenizer/hf/ ./tokenizer/chat/ ./tokenizer/bridge/ ./tokenizer/remote/ 2>&1 \
   | grep -E '^(---|ok|FAIL|PASS)|identical|turns,|SKIP' 
 # grep hides the RUN lines; pipefail keeps a test failure fatal, and a skip
 # cannot pass silently: REQUIRE turns it into a failure.
 timeout 120 go test -run '^$' -fuzz '^FuzzParsers$' -fuzztime 10s ./tokenizer/toolcall/
 timeout 180 go test -run '^$' -fuzz '^FuzzEncode$' -fuzztime 10s ./tokenizer/hf/
+timeout 180 go test -run '^$' -fuzz '^FuzzHandSplit$' -fuzztime 10s ./tokenizer/hf/
+timeout 180 go test -run '^$' -fuzz '^FuzzEncodeFromInto$' -fuzztime 10s ./tokenizer/hf/

@@ -62,6 +62,13 @@ type Bridge struct {
 	// last is the latest full render's encoding, reused by an
 	// IncrementalChat so a turn re-encodes only the changed tail.
 	last *tokenizer.Encoding
+	// spare is a dead encoding (the previous turn's render without the
+	// new messages, or the one before last) whose memory the next render
+	// may overwrite (tokenizer.RecyclingChat); never last.
+	spare []*tokenizer.Encoding
+	// eq: record[:eq] equals last.IDs[:eq] (the parts of a new render
+	// reused from last need no comparison with the record).
+	eq int
 	// full disables reuse: every render converts and encodes the whole
 	// conversation (the reference path the fast one is tested and
 	// benchmarked against); idsOnly reuses ids but not template values
@@ -69,7 +76,8 @@ type Bridge struct {
 	full, idsOnly bool
 }
 
-// render renders msgs, reusing prev when the chat is incremental.
+// render renders msgs, reusing prev when the chat is incremental, and
+// writing into a spare encoding when it recycles.
 func (b *Bridge) render(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) ([]int32, *tokenizer.Encoding, error) {
 	if ic, ok := b.chat.(tokenizer.IncrementalChat); ok && !b.full {
 		if b.idsOnly && prev != nil {
@@ -77,7 +85,17 @@ func (b *Bridge) render(ctx context.Context, msgs []tokenizer.Message, opt token
 			p.State = nil
 			prev = &p
 		}
-		e, err := ic.RenderEncoding(ctx, msgs, opt, prev)
+		var e *tokenizer.Encoding
+		var err error
+		if rc, ok := ic.(tokenizer.RecyclingChat); ok && !b.idsOnly {
+			var spare *tokenizer.Encoding
+			if n := len(b.spare); n > 0 {
+				spare, b.spare = b.spare[n-1], b.spare[:n-1]
+			}
+			e, err = rc.RenderEncodingInto(ctx, msgs, opt, prev, spare)
+		} else {
+			e, err = ic.RenderEncoding(ctx, msgs, opt, prev)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -99,10 +117,10 @@ func New(ctx context.Context, chat tokenizer.Chat, mode History, opt tokenizer.R
 
 // Prompt returns the current prompt (the record); the caller must not
 // modify it.
-func (b *Bridge) Prompt() []int32 { return b.record }
+func (b *Bridge) Prompt() []int32 { return slices.Clip(b.record) }
 
 // Messages returns the conversation so far.
-func (b *Bridge) Messages() []tokenizer.Message { return b.msgs }
+func (b *Bridge) Messages() []tokenizer.Message { return slices.Clip(b.msgs) }
 
 // Turn is the outcome of one Next.
 type Turn struct {
@@ -120,12 +138,20 @@ type Turn struct {
 // Next appends the assistant turn (its sampled tokens, and msg, the parsed
 // message the template would render for it) and the new messages (tool
 // results, the next user message), and returns the next prompt.
+//
+// The per-turn cost does not grow with the history where the chat is a
+// tokenizer.RecyclingChat: the message list and the record grow in place
+// (the slices handed out are capped, so a caller's append copies), the two
+// renders reuse the previous one's text and ids and write into recycled
+// memory, and the record is compared with the fresh render only past the
+// prefix known to be equal (eq, the renders' Reused).
 func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Message, next []tokenizer.Message) (Turn, error) {
-	// one allocation for both message lists: hist is all's prefix
-	all := append(append(append(make([]tokenizer.Message, 0, len(b.msgs)+1+len(next)), b.msgs...), msg), next...)
+	// b.msgs's spare capacity is the bridge's own: hist is all's prefix
+	all := append(append(b.msgs, msg), next...)
 	hist := all[: len(b.msgs)+1 : len(b.msgs)+1]
 	closed := b.opt
 	closed.AddGenerationPrompt = false
+	prevLast := b.last
 	h, hEnc, err := b.render(ctx, hist, closed, b.last)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render without new messages: %w", err)
@@ -144,31 +170,63 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 			closing = h[k+1:]
 		}
 	}
-	rec := make([]int32, 0, len(b.record)+len(sampled)+len(closing)+len(f)-len(h)+8)
-	rec = append(append(append(rec, b.record...), sampled...), closing...)
+	// The record grows in place: earlier prompts handed out are capped
+	// at their length, so nobody sees these writes.
+	rec := append(append(b.record, sampled...), closing...)
+	// f[:known] equals the record: f reused h's ids, h reused last's, and
+	// the record equals last for its first eq tokens.
+	known := min(b.eq, reused(hEnc), reused(fEnc))
 
-	start, ok := newStart(h, f, b.stops)
+	start, ok := newStart(h, f, b.stops, reused(fEnc))
 	var t Turn
 	switch {
 	case ok:
 		appended := append(rec, f[start:]...)
-		if !slices.Equal(appended, f) {
-			d := diff(appended, f)
+		if p := known + lcp(appended[known:], f[known:]); p != len(appended) || p != len(f) {
+			d := diffFrom(appended, f, p)
 			t.Diverged = &d
 		}
 		if b.mode == Rerender && t.Diverged != nil {
-			t.Prompt, t.Boundary = f, t.Diverged
+			t.Prompt = slices.Clone(f)
+			d := diffFrom(appended, t.Prompt, t.Diverged.Prefix)
+			t.Diverged, t.Boundary = &d, &d
 		} else {
 			t.Prompt = appended
 		}
 	case b.mode == Rerender:
-		d := diff(rec, f)
-		t.Prompt, t.Diverged, t.Boundary = f, &d, &d
+		t.Prompt = slices.Clone(f)
+		d := diffFrom(rec, t.Prompt, known+lcp(rec[known:], f[known:]))
+		t.Diverged, t.Boundary = &d, &d
 	default:
 		return Turn{}, fmt.Errorf("bridge: the template re-renders history in a way the new messages cannot be separated from; set tokenizer.history: rerender")
 	}
+	b.eq = len(t.Prompt)
+	if t.Diverged != nil && t.Boundary == nil {
+		b.eq = t.Diverged.Prefix
+		// Inserted would share memory with f, which a later render
+		// overwrites.
+		t.Diverged.Inserted = slices.Clip(slices.Clone(t.Diverged.Inserted))
+	}
 	b.msgs, b.record, b.last = all, t.Prompt, fEnc
+	t.Prompt = slices.Clip(t.Prompt)
+	b.recycle(prevLast, hEnc)
 	return t, nil
+}
+
+func reused(e *tokenizer.Encoding) int {
+	if e == nil {
+		return 0
+	}
+	return e.Reused
+}
+
+// recycle keeps dead encodings for the next renders to write into.
+func (b *Bridge) recycle(dead ...*tokenizer.Encoding) {
+	for _, e := range dead {
+		if e != nil && e != b.last && len(b.spare) < 4 {
+			b.spare = append(b.spare, e)
+		}
+	}
 }
 
 // Add appends messages that follow the current prompt without an
@@ -179,11 +237,12 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 func (b *Bridge) Add(ctx context.Context, next []tokenizer.Message) (Turn, error) {
 	closed := b.opt
 	closed.AddGenerationPrompt = false
+	prevLast := b.last
 	h, hEnc, err := b.render(ctx, b.msgs, closed, b.last)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render without the generation prompt: %w", err)
 	}
-	g, _, err := b.render(ctx, b.msgs, b.opt, hEnc)
+	g, gEnc, err := b.render(ctx, b.msgs, b.opt, hEnc)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render with the generation prompt: %w", err)
 	}
@@ -192,12 +251,15 @@ func (b *Bridge) Add(ctx context.Context, next []tokenizer.Message) (Turn, error
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render with new messages: %w", err)
 	}
+	// f's memory is recycled by a later render: what is handed out is a
+	// copy (Add runs once per compaction, not per turn).
+	f = slices.Clone(f)
 	var t Turn
 	gen := g[min(len(g), len(h)):]
 	// As in Next: the new messages begin after the history's render in f,
 	// found by suffix when the template changed the history (Qwen3 drops
 	// earlier <think> blocks once a new user message follows them).
-	start, ok := newStart(h, f, b.stops)
+	start, ok := newStart(h, f, b.stops, 0)
 	switch {
 	case ok && hasPrefix(g, h) && hasSuffix(b.record, gen):
 		appended := append(slices.Clone(b.record[:len(b.record)-len(gen)]), f[start:]...)
@@ -215,7 +277,10 @@ func (b *Bridge) Add(ctx context.Context, next []tokenizer.Message) (Turn, error
 	default:
 		return Turn{}, fmt.Errorf("bridge: the template does not render the new messages after the history's generation prompt; set tokenizer.history: rerender")
 	}
+	b.eq = lcp(t.Prompt, f)
 	b.msgs, b.record, b.last = all, t.Prompt, fEnc
+	t.Prompt = slices.Clip(t.Prompt)
+	b.recycle(prevLast, hEnc, gEnc)
 	return t, nil
 }
 
@@ -238,8 +303,9 @@ func lastStop(toks, stops []int32) int {
 // assistant turn, rendered the same on both sides. That suffix must reach
 // back past the assistant's stop token into its content, or the new part
 // is not trusted.
-func newStart(h, f, stops []int32) (int, bool) {
-	p := lcp(h, f)
+func newStart(h, f, stops []int32, known int) (int, bool) {
+	known = min(known, len(h), len(f))
+	p := known + lcp(h[known:], f[known:])
 	if p == len(h) {
 		return p, true
 	}
@@ -284,8 +350,10 @@ func lcp(a, b []int32) int {
 // are never modified, and a divergence that spans the history (Qwen3's
 // dropped <think> blocks, in append mode, on every later turn) costs no
 // copy.
-func diff(a, b []int32) Diff {
-	p := lcp(a, b)
+func diff(a, b []int32) Diff { return diffFrom(a, b, lcp(a, b)) }
+
+// diffFrom is diff given p = lcp(a, b).
+func diffFrom(a, b []int32, p int) Diff {
 	s := 0
 	for s < len(a)-p && s < len(b)-p && a[len(a)-1-s] == b[len(b)-1-s] {
 		s++

@@ -224,3 +224,44 @@ func TestAdd(t *testing.T) {
 		}
 	}
 }
+
+// TestFastPathHistoryRewrite: a template that rewrites the start of the
+// conversation on every turn (a message count in its first line) makes
+// each fresh render differ from the previous one before the record's
+// known-equal prefix: the fast path must find that difference (it compares
+// from where the renders reused ids, not from where the record last
+// agreed) and report the same divergence and boundary as the full path.
+func TestFastPathHistoryRewrite(t *testing.T) {
+	q := loadChat(t, "qwen3")
+	tm, err := chat.Compile("count.jinja", "{{ messages | length }} messages\n{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"+
+		"{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := chat.Chat{Template: tm, Tok: q.Tok}
+	for _, mode := range []History{Append, Rerender} {
+		msgs := []tokenizer.Message{{Role: "user", Content: "Count with me."}}
+		fast, err1 := New(context.Background(), c, mode, tokenizer.RenderOptions{}, msgs)
+		full, err2 := New(context.Background(), c, mode, tokenizer.RenderOptions{}, msgs)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		full.full = true
+		for turn := range 12 {
+			msg := tokenizer.Message{Role: "assistant", Content: fmt.Sprintf("%d", turn)}
+			sampled := append(q.Tok.Encode(msg.Content), q.Tok.StopTokens()[0])
+			next := []tokenizer.Message{{Role: "user", Content: "next"}}
+			a, errA := fast.Next(context.Background(), sampled, msg, next)
+			b, errB := full.Next(context.Background(), sampled, msg, next)
+			if errA != nil || errB != nil {
+				t.Fatal(errA, errB)
+			}
+			if a.Diverged == nil {
+				t.Fatalf("%s turn %d: the rewritten count was not noticed", mode, turn)
+			}
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("%s turn %d: fast path differs from the full render:\nfast %+v\nfull %+v", mode, turn, a, b)
+			}
+		}
+	}
+}

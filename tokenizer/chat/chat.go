@@ -47,6 +47,9 @@ type Template struct {
 	// qwen3: the source is Qwen3's template, rendered in Go (qwen3.go)
 	// unless engineOnly.
 	qwen3, engineOnly bool
+	// located is the template with line markers (lines.go), run only to
+	// find the line of a failed render; nil if it did not compile.
+	located *jinja.Template
 }
 
 // EngineOnly returns a copy of t that always renders with the Jinja
@@ -74,7 +77,8 @@ func Compile(name, src, bos, eos string) (*Template, error) {
 	reusable := !mutating.MatchString(src)
 	null := strings.Contains(src, "['content'] is none") || strings.Contains(src, "content is none")
 	str := strings.Contains(src, "arguments") && !strings.Contains(src, "arguments | tojson") && !strings.Contains(src, "arguments|tojson")
-	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable, qwen3: isQwen3(src)}, nil
+	located, _ := jinja.Compile(withLineMarks(code))
+	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable, qwen3: isQwen3(src), located: located}, nil
 }
 
 // Render renders msgs. A raise_exception in the template comes back as an
@@ -94,11 +98,22 @@ type values struct {
 	toolsRaw []json.RawMessage
 	tools    []jinja.Value
 	qwen     *qwenState // the Go rendering's state (qwen3.go)
+	// same is how many leading bytes of this render are known equal to
+	// the render prev was (reused header and messages); 0 when unknown.
+	// textAt: the text was written from this byte on (partial renders).
+	same, textAt int
 }
 
 // render renders msgs reusing prev's values for the messages it shares
 // with msgs (compared field by field), and returns the values it used.
 func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values) (string, *values, error) {
+	return t.renderOn(t.t, nil, false, msgs, opt, prev)
+}
+
+// renderOn renders with tmpl; line, when not nil, is the line tracker of
+// a located render (tmpl is then t.located). partial allows a Go rendering
+// to return the text from values.textAt on only.
+func (t *Template) renderOn(tmpl *jinja.Template, line *int, partial bool, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values) (string, *values, error) {
 	if !t.reusable {
 		prev = nil
 	}
@@ -107,11 +122,11 @@ func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions,
 		if prev != nil {
 			pq = prev.qwen
 		}
-		s, q, err := t.renderQwen3(msgs, opt, pq)
+		s, at, q, same, err := t.renderQwen3(msgs, opt, pq, partial)
 		if err != nil {
 			return "", nil, err
 		}
-		return s, &values{qwen: q}, nil
+		return s, &values{qwen: q, same: same, textAt: at}, nil
 	}
 	data := make(map[string]jinja.Value, 8+len(opt.Kwargs))
 	for k, v := range opt.Kwargs {
@@ -159,10 +174,26 @@ func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions,
 	if t.EOS != "" {
 		data["eos_token"] = jinja.NewString(t.EOS)
 	}
-	out, err := t.t.RenderValues(data)
+	if line != nil {
+		data[atFn] = lineTracker(line)
+	}
+	out, err := tmpl.RenderValues(data)
 	if err != nil {
 		if _, ok := errors.AsType[*LineError](err); ok {
 			return "", nil, fmt.Errorf("chat: %s: chat_template %w", t.name, err)
+		}
+		if line == nil && t.located != nil {
+			// Run again with line markers (fresh values: a template may
+			// have changed them before failing) to name the line.
+			var at int
+			_, _, lerr := t.renderOn(t.located, &at, false, msgs, opt, nil)
+			if lerr != nil && at > 0 {
+				err = &LineError{Line: at, Err: err}
+				return "", nil, fmt.Errorf("chat: %s: chat_template %w", t.name, err)
+			}
+		}
+		if line != nil {
+			return "", nil, err
 		}
 		return "", nil, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 	}
@@ -329,38 +360,71 @@ type incremental interface {
 	EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding
 }
 
+// recycling is an incremental tokenizer that takes the renderer's
+// known-equal prefix and a spare encoding (tokenizer/hf).
+type recycling interface {
+	EncodeFromInto(prev *tokenizer.Encoding, text string, textAt, same int, spare *tokenizer.Encoding) (*tokenizer.Encoding, bool)
+}
+
 // RenderEncoding renders msgs and encodes the text reusing prev: the
 // template values of the messages prev was rendered from (when the
 // template is a *Template) and the ids up to the last safe restart point
 // (when the tokenizer is incremental). The result equals RenderTokens'
 // (TestFastPathEqualsFullRender, TestRenderEncodingReuse).
-func (c Chat) RenderEncoding(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) (*tokenizer.Encoding, error) {
-	var s string
-	var state any
-	if tm, ok := c.Template.(*Template); ok {
-		var pv *values
-		if prev != nil {
-			pv, _ = prev.State.(*values)
+func (c Chat) RenderEncoding(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) (*tokenizer.Encoding, error) {
+	return c.RenderEncodingInto(ctx, msgs, opt, prev, nil)
+}
+
+// RenderEncodingInto is RenderEncoding writing into spare (see
+// tokenizer.RecyclingChat) when the tokenizer supports it; the encoding's
+// text may then start at TextAt.
+func (c Chat) RenderEncodingInto(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev, spare *tokenizer.Encoding) (*tokenizer.Encoding, error) {
+	rc, recycles := c.Tok.(recycling)
+	tm, _ := c.Template.(*Template)
+	var pv *values
+	if prev != nil {
+		pv, _ = prev.State.(*values)
+	}
+	render := func(partial bool) (string, *values, error) {
+		if tm == nil {
+			s, err := c.Template.Render(msgs, opt)
+			return s, &values{}, err
 		}
-		str, v, err := tm.render(msgs, opt, pv)
-		if err != nil {
-			return nil, err
+		s, v, err := tm.renderOn(tm.t, nil, partial, msgs, opt, pv)
+		if err == nil && pv == nil {
+			v.same = 0
 		}
-		s, state = str, v
-	} else {
-		str, err := c.Template.Render(msgs, opt)
-		if err != nil {
-			return nil, err
-		}
-		s = str
+		return s, v, err
+	}
+	s, v, err := render(recycles && spare != nil)
+	if err != nil {
+		return nil, err
 	}
 	var e *tokenizer.Encoding
-	if inc, ok := c.Tok.(incremental); ok {
+	switch inc := c.Tok.(type) {
+	case recycling:
+		var ok bool
+		if e, ok = rc.EncodeFromInto(prev, s, v.textAt, v.same, spare); !ok {
+			// prev's text does not reach back to where the restart
+			// point is: render the whole text
+			if s, v, err = render(false); err != nil {
+				return nil, err
+			}
+			e, _ = rc.EncodeFromInto(prev, s, 0, v.same, spare)
+		}
+	case incremental:
 		e = inc.EncodeFrom(prev, s)
-	} else {
+	default:
 		e = &tokenizer.Encoding{Text: s, IDs: c.Tok.Encode(s)}
 	}
-	e.State = state
+	if tm != nil {
+		if v.qwen != nil {
+			// the next partial render needs to know where this
+			// encoding's text starts (the state is not yet shared)
+			v.qwen.textAt = e.TextAt
+		}
+		e.State = v
+	}
 	return e, nil
 }
 

@@ -69,6 +69,7 @@ type qwenState struct {
 	system   *tokenizer.Message
 	header   string
 	chunks   []*qwenChunk // shared between states: never modified
+	textAt   int          // the render's text was written from this byte on
 }
 
 // qwen3Applies: the native path renders exactly what the template does
@@ -85,7 +86,11 @@ func qwen3Applies(msgs []tokenizer.Message, opt tokenizer.RenderOptions) bool {
 	return true
 }
 
-func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *qwenState) (string, *qwenState, error) {
+// renderQwen3 also returns how many leading bytes are the same as prev's
+// render (its header and the messages before the first re-rendered one).
+// With partial, the text is written only from there (textAt) when prev's
+// own text reaches back that far.
+func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *qwenState, partial bool) (text string, textAt int, _ *qwenState, same int, _ error) {
 	// Messages first, then tools: the engine path converts (and refuses)
 	// them in that order.
 	st := &qwenState{}
@@ -100,6 +105,7 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 	}
 	st.chunks = make([]*qwenChunk, len(msgs))
 	size := 0
+	reused := 0 // leading chunks taken from prev
 	for i, m := range msgs {
 		var f uint8
 		if i == len(msgs)-1 {
@@ -119,10 +125,13 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 		}
 		if prev != nil && i < len(prev.chunks) && prev.chunks[i].facts == f && sameMessage(prev.chunks[i].msg, m) {
 			st.chunks[i] = prev.chunks[i]
+			if reused == i {
+				reused++
+			}
 		} else {
 			text, err := t.qwenMessage(i, m, f)
 			if err != nil {
-				return "", nil, err
+				return "", 0, nil, 0, err
 			}
 			st.chunks[i] = &qwenChunk{msg: m, facts: f, text: text}
 		}
@@ -133,9 +142,11 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 	if msgs[0].Role == "system" {
 		sys = &msgs[0]
 	}
+	headerReused := false
 	if prev != nil && slices.EqualFunc(prev.toolsRaw, toBytes(opt.Tools), slices.Equal) &&
 		(sys == nil) == (prev.system == nil) && (sys == nil || sameMessage(*sys, *prev.system)) {
 		st.toolsRaw, st.system, st.header = prev.toolsRaw, prev.system, prev.header
+		headerReused = true
 	} else {
 		var b strings.Builder
 		if len(opt.Tools) > 0 {
@@ -147,11 +158,11 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 			for i, raw := range opt.Tools {
 				v, err := jsonValue(raw)
 				if err != nil {
-					return "", nil, fmt.Errorf("chat: tools[%d]: %w", i, err)
+					return "", 0, nil, 0, fmt.Errorf("chat: tools[%d]: %w", i, err)
 				}
 				s, err := engineJSON(v)
 				if err != nil {
-					return "", nil, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
+					return "", 0, nil, 0, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 				}
 				b.WriteString("\n" + s)
 			}
@@ -166,10 +177,26 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 		}
 	}
 	size += len(st.header)
+	if headerReused {
+		same = len(st.header)
+		for _, c := range st.chunks[:reused] {
+			same += len(c.text)
+		}
+	}
+	from := 0 // first chunk written; -1: the header too
+	if partial && headerReused && reused > 0 && prev.textAt <= same {
+		from, textAt = reused, same
+		size -= same
+	} else {
+		from = -1
+	}
 	var b strings.Builder
 	b.Grow(size + 40)
-	b.WriteString(st.header)
-	for i := range st.chunks {
+	if from < 0 {
+		b.WriteString(st.header)
+		from = 0
+	}
+	for i := from; i < len(st.chunks); i++ {
 		b.WriteString(st.chunks[i].text)
 	}
 	if opt.AddGenerationPrompt {
@@ -178,7 +205,8 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 			b.WriteString("<think>\n\n</think>\n\n")
 		}
 	}
-	return b.String(), st, nil
+	st.textAt = textAt
+	return b.String(), textAt, st, same, nil
 }
 
 // qwenMessage renders message i as the template's main loop does.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
 )
 
@@ -80,6 +81,48 @@ func FuzzEncodeFrom(f *testing.F) {
 			if got := tok.EncodeFrom(prev, s); !slices.Equal(got.IDs, tok.Encode(s)) {
 				t.Fatalf("EncodeFrom(%q, %q) differs from Encode", a, s)
 			}
+		}
+	})
+}
+
+// FuzzEncodeFromInto: a chain of partial re-encodings (each text given
+// from a byte textAt on, the bytes before being the previous text's, with
+// a known-equal prefix hint, into a recycled encoding) gives exactly
+// Encode's ids of each whole text, and falls back (false) only when it
+// must.
+func FuzzEncodeFromInto(f *testing.F) {
+	tok := fuzzTokenizer(f)
+	f.Add("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "<think>x</think>ok<|im_end|>\n", "<|im_start|>user\nmore<|im_end|>\n", uint8(3))
+	f.Add("a<|im_end|>b", "<|im_end|><|im_end|>", "c", uint8(200))
+	f.Fuzz(func(t *testing.T, a, b, c string, cut uint8) {
+		texts := []string{a, a + b, a + b + c, (a + b)[:len(a+b)*int(cut)/256] + c}
+		var prev, spare *tokenizer.Encoding
+		for i, text := range texts {
+			same, at := 0, 0
+			if prev != nil {
+				pt := texts[i-1]
+				same = commonPrefix(pt, text)
+				at = same * int(cut) / 255
+				// textAt must be a character boundary the renderer
+				// would give (it gives message boundaries)
+				for at > 0 && at < len(text) && !utf8.RuneStart(text[at]) {
+					at--
+				}
+				same = max(same, at)
+			}
+			e, ok := tok.EncodeFromInto(prev, text[at:], at, same, spare)
+			if !ok {
+				if e, ok = tok.EncodeFromInto(prev, text, 0, same, spare); !ok {
+					t.Fatalf("text %d: the whole text was refused", i)
+				}
+			}
+			if want := tok.Encode(text); !slices.Equal(e.IDs, want) {
+				t.Fatalf("text %d %q (from %d, same %d): got %v want %v", i, text, at, same, e.IDs, want)
+			}
+			if e.TextAt+len(e.Text) != len(text) || text[e.TextAt:] != e.Text {
+				t.Fatalf("text %d: encoding holds %q from %d", i, e.Text, e.TextAt)
+			}
+			spare, prev = prev, e
 		}
 	})
 }

@@ -226,21 +226,63 @@ func (t *Tokenizer) Encode(text string) []int32 {
 // added-token match looks that far ahead.
 // The result equals Encode(text) (FuzzEncodeFrom checks it).
 func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding {
-	e := &tokenizer.Encoding{Text: text}
-	start := 0
+	e, _ := t.EncodeFromInto(prev, text, 0, 0, nil)
+	return e
+}
+
+// EncodeFromInto is EncodeFrom with hints from a renderer that knows what
+// it reused: text is the text from byte textAt on (the bytes before are
+// prev's), text and prev's text are known equal for their first same
+// bytes (the comparison starts there), and spare, when not nil, is an
+// encoding the caller will not use again, whose struct and arrays are
+// overwritten instead of allocating new ones. It reports false, touching
+// nothing, when the restart point lies before both textAt and the start of
+// prev's text (call again with the whole text, textAt 0).
+func (t *Tokenizer) EncodeFromInto(prev *tokenizer.Encoding, text string, textAt, same int, spare *tokenizer.Encoding) (*tokenizer.Encoding, bool) {
+	full := textAt + len(text)
+	start, k := 0, -1
+	pAt := 0
 	if prev != nil {
-		l := commonPrefix(prev.Text, text)
+		pAt = prev.TextAt
+		l := min(same, full, pAt+len(prev.Text))
+		if l >= pAt && l >= textAt {
+			l += commonPrefix(prev.Text[l-pAt:], text[l-textAt:])
+		}
 		// Cuts are ascending: find the last with Text+maxAdded <= l.
-		k := sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].Text+t.maxAdded+utf8.UTFMax > l }) - 1
+		k = sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].Text+t.maxAdded+utf8.UTFMax > l }) - 1
 		if k >= 0 {
-			c := prev.Cuts[k]
-			start = c.Text
-			e.IDs = append(make([]int32, 0, c.ID+(len(text)-start)/3+4), prev.IDs[:c.ID]...)
-			e.Cuts = append(e.Cuts, prev.Cuts[:k+1]...)
+			start = prev.Cuts[k].Text
 		}
 	}
-	e.IDs = t.encode(e.IDs, text[start:], start, &e.Cuts)
-	return e
+	// The text to encode, from start: the new text, or prev's bytes up to
+	// textAt (equal to the new text's there: textAt <= same) and the new
+	// text.
+	var seg string
+	switch {
+	case start >= textAt:
+		seg = text[start-textAt:]
+	case prev != nil && start >= pAt && textAt <= pAt+len(prev.Text):
+		seg = prev.Text[start-pAt:textAt-pAt] + text
+	default:
+		return nil, false
+	}
+	e := &tokenizer.Encoding{}
+	if spare != nil {
+		e, *spare = spare, tokenizer.Encoding{IDs: spare.IDs[:0], Cuts: spare.Cuts[:0]}
+	}
+	e.Text, e.TextAt = seg, start
+	if textAt == 0 { // the caller's whole text: keep it whole
+		e.Text, e.TextAt = text, 0
+	}
+	if k >= 0 {
+		c := prev.Cuts[k]
+		// slices.Grow copies without clearing what it copies over.
+		e.IDs = append(slices.Grow(e.IDs, c.ID+len(seg)/3+4), prev.IDs[:c.ID]...)
+		e.Cuts = append(slices.Grow(e.Cuts, k+1+len(seg)/64), prev.Cuts[:k+1]...)
+		e.Reused = c.ID
+	}
+	e.IDs = t.encode(e.IDs, seg, start, &e.Cuts)
+	return e, true
 }
 
 // commonPrefix is the length of the longest common prefix of a and b,

@@ -72,14 +72,14 @@ func (prefixSpace) split(dst []string, piece string) []string {
 }
 
 // compilePattern compiles a Split pattern, which is either {"Regex": ...}
-// or {"String": ...} (a literal).
-func compilePattern(raw json.RawMessage, path string) (*regexp2.Regexp, error) {
+// or {"String": ...} (a literal), and returns the regex source too.
+func compilePattern(raw json.RawMessage, path string) (*regexp2.Regexp, string, error) {
 	var p struct {
 		Regex  *string `json:"Regex"`
 		String *string `json:"String"`
 	}
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
 	var src string
 	switch {
@@ -88,13 +88,13 @@ func compilePattern(raw json.RawMessage, path string) (*regexp2.Regexp, error) {
 	case p.String != nil:
 		src = regexp2.Escape(*p.String)
 	default:
-		return nil, fmt.Errorf("%s: neither Regex nor String", path)
+		return nil, "", fmt.Errorf("%s: neither Regex nor String", path)
 	}
 	re, err := regexp2.Compile(src, regexp2.None)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
-	return re, nil
+	return re, src, nil
 }
 
 // parsePreTokenizer turns tokenizer.json's pre_tokenizer into split steps.
@@ -134,9 +134,12 @@ func parsePreTokenizer(raw json.RawMessage, path string) (steps []splitter, byte
 		if node.Behavior != "Isolated" && node.Behavior != "Removed" {
 			return nil, false, fmt.Errorf("%s.behavior: %q is not supported (Isolated, Removed)", path, node.Behavior)
 		}
-		re, err := compilePattern(node.Pattern, path+".pattern")
+		re, src, err := compilePattern(node.Pattern, path+".pattern")
 		if err != nil {
 			return nil, false, err
+		}
+		if m, ok := handPatterns[src]; ok {
+			return []splitter{&handSplit{at: m, behavior: node.Behavior}}, false, nil
 		}
 		return []splitter{&regexSplit{re: re, behavior: node.Behavior}}, false, nil
 	case "ByteLevel":
@@ -144,7 +147,7 @@ func parsePreTokenizer(raw json.RawMessage, path string) (steps []splitter, byte
 			steps = append(steps, prefixSpace{})
 		}
 		if node.UseRegex == nil || *node.UseRegex {
-			steps = append(steps, &regexSplit{re: regexp2.MustCompile(gpt2Pattern, regexp2.None), behavior: "Isolated"})
+			steps = append(steps, &handSplit{at: handPatterns[gpt2Pattern], behavior: "Isolated"})
 		}
 		return steps, true, nil
 	}
