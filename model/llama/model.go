@@ -35,7 +35,9 @@ type Model struct {
 	ws       [nShards]*workspace
 	srcDir   string // the HF directory it was loaded from, if any
 
-	decodeSplit bool // Generate: split the head over two goroutines (one request)
+	decodeSplit bool        // Generate: split the head over two goroutines (one request)
+	dh          *decodeHead // Generate: the head packed for decode (decodehead.go)
+	packMin     int         // packHeadMinSteps; tests change it
 }
 
 // New returns a model initialised as transformers does from seed:
