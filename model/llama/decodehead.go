@@ -20,10 +20,11 @@ import (
 // over d in order), so the sampler's logprobs stay the trainer's bit for
 // bit (TestPackedHeadSameBits).
 type decodeHead struct {
-	on   bool           // packed for the current Generate call
-	half int            // columns [0, half) and [half, V)
-	t    [2][]float32   // the halves transposed, [d, cols]; Pack reads them in place on some paths
-	pk   [2]kern.Packed // the halves packed
+	on    bool           // the current Generate call reads the packed head
+	fresh bool           // the packing is of the current weights
+	half  int            // columns [0, half) and [half, V)
+	t     [2][]float32   // the halves transposed, [d, cols]; Pack reads them in place on some paths
+	pk    [2]kern.Packed // the halves packed
 }
 
 // packHeadMinSteps is the fewest decode steps (the longest completion a
@@ -32,16 +33,19 @@ type decodeHead struct {
 // 1-16 rows saves 0.2-0.75 of one.
 const packHeadMinSteps = 8
 
-// packHead lays the head out for this Generate call when its longest
-// completion has at least min steps; otherwise decode reads it in place.
-// The buffers are kept across calls (2·V·d floats once used).
+// packHead decides whether this Generate call's decode reads the packed
+// head: yes when a packing of the current weights is kept from an earlier
+// call, or when this call's longest completion has at least min steps
+// (then it packs). The packing is kept until the weights change
+// (weightsChanged), so a generator serving one version packs once; the
+// buffers (2·V·d floats) are kept once made.
 func (m *Model) packHead(steps, min int) {
 	if m.dh == nil {
 		m.dh = &decodeHead{}
 	}
 	dh := m.dh
-	dh.on = steps >= min
-	if !dh.on {
+	dh.on = dh.fresh || steps >= min
+	if !dh.on || dh.fresh {
 		return
 	}
 	d, V := m.cfg.Dim, m.cfg.Vocab
@@ -64,6 +68,16 @@ func (m *Model) packHead(steps, min int) {
 		}()
 	}
 	wg.Wait()
+	dh.fresh = true
+}
+
+// weightsChanged drops the packed head: every path that writes the weights
+// after construction calls it (Tensor, which hands out a writable slice;
+// CopyWeightsFrom; the trainer's optimizer step).
+func (m *Model) weightsChanged() {
+	if m.dh != nil {
+		m.dh.fresh = false
+	}
 }
 
 // headProduct leaves the logits of b's B rows of b.ln in b.lgt (B × V):

@@ -28,6 +28,7 @@ func TestPackedHeadSameBits(t *testing.T) {
 			}
 			for _, reqs := range [][]model.SampleRequest{batch, batch[:1]} {
 				m.packMin = 1 << 30
+				m.weightsChanged() // drop the packing the previous round kept
 				plain, err := m.Generate(ctx, reqs)
 				if err != nil {
 					t.Fatal(err)
@@ -52,4 +53,57 @@ func TestPackedHeadSameBits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPackedHeadFollowsWeights: the packed head is kept across Generate
+// calls and dropped when the weights change (a trainer step,
+// CopyWeightsFrom, a Tensor write): the next call samples from the new
+// weights exactly as a fresh model with those weights does.
+func TestPackedHeadFollowsWeights(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfigs()["qwen3"]
+	m := testModel(t, cfg, 5, 4)
+	m.packMin = 1
+	r := rand.New(rand.NewPCG(5, 6))
+	reqs := []model.SampleRequest{{Prompt: randTokens(r, 4, cfg.Vocab), MaxTokens: 10, Temperature: 1, Seed: 9}}
+	gen := func(m *Model) model.SampleResult {
+		t.Helper()
+		res, err := m.Generate(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	same := func(what string, a, b model.SampleResult) {
+		t.Helper()
+		if !slices.Equal(a.Tokens, b.Tokens) || !slices.Equal(a.Logprobs, b.Logprobs) {
+			t.Fatalf("%s: %v %v, a fresh copy gives %v %v", what, a.Tokens, a.Logprobs, b.Tokens, b.Logprobs)
+		}
+	}
+	gen(m) // packs
+	tr, err := NewTrainer(m, model.DefaultOptimConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := model.Sequence{Tokens: randTokens(r, 12, cfg.Vocab), Mask: make([]uint8, 12)}
+	for i := 4; i < 12; i++ {
+		seq.Mask[i] = 1
+	}
+	if _, err := tr.Step(ctx, []model.Sequence{seq}, model.LossConfig{Kind: model.LossSFT}); err != nil {
+		t.Fatal(err)
+	}
+	same("after a trainer step", gen(m), gen(m.Clone()))
+	other := testModel(t, cfg, 6, 4)
+	if err := m.CopyWeightsFrom(other); err != nil {
+		t.Fatal(err)
+	}
+	same("after CopyWeightsFrom", gen(m), gen(other))
+	h := m.Tensor("lm_head.weight")
+	if h == nil { // tied: the head is embed_tokens
+		h = m.Tensor("model.embed_tokens.weight")
+	}
+	for i := range h {
+		h[i] *= 1.5
+	}
+	same("after a Tensor write", gen(m), gen(m.Clone()))
 }
