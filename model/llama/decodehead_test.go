@@ -2,6 +2,7 @@ package llama
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -106,4 +107,42 @@ func TestPackedHeadFollowsWeights(t *testing.T) {
 		h[i] *= 1.5
 	}
 	same("after a Tensor write", gen(m), gen(m.Clone()))
+}
+
+// BenchmarkDecodeHead: the tiny Qwen3's head (d 256, V 151,936) at 1 and
+// 16 rows, read in place by kern.MatMulNT (before) and from the packed
+// halves (headProduct), and the packing itself.
+func BenchmarkDecodeHead(b *testing.B) {
+	cfg := tinyConfigs()["qwen3"]
+	cfg.Dim, cfg.Vocab, cfg.Heads, cfg.KVHeads, cfg.HeadDim, cfg.Hidden = 256, 151936, 8, 2, 32, 64
+	m, err := New(cfg, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, B := range []int{1, 16} {
+		buf := m.newDecodeBuf(B)
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := range buf.ln[:B*cfg.Dim] {
+			buf.ln[i] = r.Float32()
+		}
+		b.Run(fmt.Sprintf("NT/rows=%d", B), func(b *testing.B) {
+			m.weightsChanged()
+			m.packHead(0, 1<<30)
+			for range b.N {
+				m.headProduct(buf, B, false)
+			}
+		})
+		b.Run(fmt.Sprintf("packed/rows=%d", B), func(b *testing.B) {
+			m.packHead(1, 1)
+			for range b.N {
+				m.headProduct(buf, B, false)
+			}
+		})
+	}
+	b.Run("pack", func(b *testing.B) {
+		for range b.N {
+			m.weightsChanged()
+			m.packHead(1, 1)
+		}
+	})
 }
