@@ -10,15 +10,16 @@ import (
 // is stored [V, d] (HF layout), so each decode step's kern.MatMulNT
 // re-reads it across rows (and, at a few rows, repacks it) on every call;
 // at a big vocabulary that product dominates a step (151,936 × 256 on the
-// tiny Qwen3: 39 M multiply-adds per row). Packing it once per Generate
-// call lets every step stream the panels front to back (BenchmarkDecodeHead:
-// 1 row 4× faster). The head is split into two column halves, each
-// transposed to [d, half] and packed on its own, so the two halves pack in
-// parallel and a single request's step runs them on two goroutines.
-// kern.MatMulPacked gives the bits of kern.MatMul with the plain operand,
-// which are those of MatMulNT with the [V, d] one (each logit is one chain
-// over d in order), so the sampler's logprobs stay the trainer's bit for
-// bit (TestPackedHeadSameBits).
+// tiny Qwen3: 39 M multiply-adds per row). Packing it once per set of
+// weights (packHead) lets every step stream the panels front to back (1 row
+// about 4× faster at low load; BenchmarkDecodeHead, docs/hf-models.md).
+// The head is split into two column halves, each transposed to [d, half]
+// and packed on its own, so the two halves pack in parallel and a single
+// request's step runs them on two goroutines. kern.MatMulPacked gives the
+// bits of kern.MatMul with the plain operand, which are those of MatMulNT
+// with the [V, d] one (each logit is one chain over d in order), so the
+// sampler's logprobs stay the trainer's bit for bit
+// (TestPackedHeadSameBits).
 type decodeHead struct {
 	on    bool           // the current Generate call reads the packed head
 	fresh bool           // the packing is of the current weights
