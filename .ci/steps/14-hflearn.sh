@@ -3,7 +3,9 @@
 # examples/qwen3-guess.yaml` on a tiny Qwen3 made by `longhaul init-model`
 # with the real Qwen3 tokenizer: the untrained model's success rate must be
 # ≤ 0.05 and the trained one's (warm start, then GRPO; mean of the last 3
-# steps) ≥ 0.5 (internal/crashtest TestHFModelLearns). Run after
+# steps) ≥ 0.5 (internal/crashtest TestHFModelLearns). The trained run
+# generates through `longhaul serve --model DIR` (generator.kind=openai),
+# the embedded trainer exporting each version to it. Run after
 # 13-setup.sh; a missing tokenizer fails.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/llama"
@@ -34,14 +35,15 @@ func main() {
 	trainT := flag.Int("train-len", 128, "tokens per training row")
 	steps := flag.Int("train-steps", 3, "training steps (the fastest is reported)")
 	load := flag.Bool("load", false, "time loading and report peak RSS instead")
+	huge := flag.Bool("huge-pages", false, "with -load: LoadOptions.HugePages (and the fault floor on huge pages)")
 	flag.Parse()
-	if err := run(*dir, *batches, *prompt, *genTok, *trainB, *trainT, *steps, *load); err != nil {
+	if err := run(*dir, *batches, *prompt, *genTok, *trainB, *trainT, *steps, *load, *huge); err != nil {
 		fmt.Fprintln(os.Stderr, "llamabench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bool) error {
+func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load, huge bool) error {
 	out := map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0)}
 	if load {
 		// read time first: the page cache is then warm for both
@@ -74,14 +76,16 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 		if err != nil {
 			return err
 		}
-		fault, faultCPU := faultIn(int(cfg.F32Bytes()))
+		vm0 := vmstat()
+		fault, faultCPU := faultIn(int(cfg.F32Bytes()), huge)
+		vm1 := vmstat()
 		debug.FreeOSMemory()
 		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
 			return fmt.Errorf("resetting the peak RSS: %w", err)
 		}
 		c0 = cpuTime()
 		t0 = time.Now()
-		m, err := llama.LoadDir(dir)
+		m, err := llama.LoadDirWith(dir, llama.LoadOptions{HugePages: huge})
 		if err != nil {
 			return err
 		}
@@ -96,6 +100,11 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 		out["f32_bytes"], out["peak_rss_bytes"], out["rss_bytes"] = f32, hwm, rss
 		out["peak_rss_over_f32"] = float64(hwm) / float64(f32)
 		out["fault_s"], out["fault_cpu_s"] = fault.Seconds(), faultCPU.Seconds()
+		out["huge_pages"], out["anon_huge_bytes"] = huge, procSmapsRollup("AnonHugePages")
+		vm2 := vmstat()
+		for _, k := range []string{"thp_fault_alloc", "thp_fault_fallback", "compact_stall"} {
+			out["fault_"+k], out["load_"+k] = vm1[k]-vm0[k], vm2[k]-vm1[k]
+		}
 		out["load_over_read_plus_fault"] = loadT.Seconds() / (read.Seconds() + fault.Seconds())
 		out["load_cpu_over_read_plus_fault_cpu"] = loadCPU.Seconds() / (readCPU.Seconds() + faultCPU.Seconds())
 		return emit(out)
@@ -160,9 +169,16 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load bo
 }
 
 // faultIn times writing one byte per page of n fresh bytes on GOMAXPROCS
-// goroutines (each page faulted in and zeroed by the kernel).
-func faultIn(n int) (wall, cpu time.Duration) {
+// goroutines (each page faulted in and zeroed by the kernel); with huge,
+// after madvise(MADV_HUGEPAGE) on them, as LoadDir does.
+func faultIn(n int, huge bool) (wall, cpu time.Duration) {
 	b := make([]byte, n)
+	if huge {
+		const hp = 2 << 20
+		p := uintptr(unsafe.Pointer(&b[0]))
+		lo, hi := (p+hp-1)&^(hp-1), (p+uintptr(n))&^(hp-1)
+		_ = syscall.Madvise(b[lo-p:hi-p], 14) // MADV_HUGEPAGE
+	}
 	nw := runtime.GOMAXPROCS(0)
 	c0, t0 := cpuTime(), time.Now()
 	var wg sync.WaitGroup
@@ -194,6 +210,38 @@ func emit(v map[string]any) error {
 	}
 	fmt.Println(string(b))
 	return nil
+}
+
+// vmstat reads /proc/vmstat's counters (system-wide: other processes'
+// faults count too).
+func vmstat() map[string]int64 {
+	out := map[string]int64{}
+	b, _ := os.ReadFile("/proc/vmstat")
+	for _, line := range strings.Split(string(b), "\n") {
+		var k string
+		var v int64
+		if n, _ := fmt.Sscan(line, &k, &v); n == 2 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// procSmapsRollup returns a /proc/self/smaps_rollup size field in bytes
+// (0 if absent): AnonHugePages is the memory on transparent huge pages.
+func procSmapsRollup(key string) int64 {
+	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, key+":"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // procStatus returns a /proc/self/status size field in bytes (0 if absent).

@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -15,11 +16,14 @@ import (
 // vocabulary) made by `longhaul init-model`. The task is guess (binary
 // search over 0-7, four guesses); the warm start plays the binary-search
 // oracle through the Qwen3 template, then GRPO runs. Before: the same model
-// and config without the warm start, one step. The thresholds:
+// and config without the warm start, one step, in process. After: the
+// warm start and GRPO with generation by `longhaul serve --model DIR` (the
+// issue's path: generator.kind openai). The thresholds:
 const (
 	hfLearnBeforeMax = 0.05 // success rate of the untrained model (it never writes a number)
 	hfLearnAfterMin  = 0.5  // mean success rate over the last hfLearnLast RL steps
 	hfLearnLast      = 3
+	hfLearnSteps     = 5 // run.max_steps in examples/qwen3-guess.yaml
 )
 
 func TestHFModelLearns(t *testing.T) {
@@ -30,9 +34,19 @@ func TestHFModelLearns(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	cfg := filepath.Join(root, "examples", "qwen3-guess.yaml")
+	port := freePort(t) // longhaul serve --model's, for the trained run
 	run := func(name string, args ...string) []metrics.Step {
 		dir := filepath.Join(t.TempDir(), name)
 		train(t, bin, cfg, dir, append([]string{"model.path=" + modelDir}, args...)...)
+		if name == "after" {
+			// the trained run went through the server: it answered
+			// completions and was brought to every version
+			served, version := serverStats(t, port)
+			t.Logf("longhaul serve --model answered %d completions, serves version %d", served, version)
+			if served == 0 || version != hfLearnSteps {
+				t.Fatalf("the run did not generate through longhaul serve --model: %d completions, version %d (want %d)", served, version, hfLearnSteps)
+			}
+		}
 		steps, err := metrics.Read(filepath.Join(dir, "metrics.jsonl"))
 		if err != nil || len(steps) == 0 {
 			t.Fatalf("%s: metrics: %d steps, %v", name, len(steps), err)
@@ -40,7 +54,12 @@ func TestHFModelLearns(t *testing.T) {
 		return steps
 	}
 	before := run("before", "warmstart.enabled=false", "run.max_steps=1")[0]
-	after := run("after")
+	// The issue's path: the embedded trainer in `longhaul train`,
+	// generation by `longhaul serve --model DIR` (its own process, the
+	// same directory and tokenizer) over the OpenAI API; each version is
+	// exported as an HF directory that the server reloads.
+	serveProc(t, bin, port, "serve", "--model", modelDir)
+	after := run("after", "generator.kind=openai", fmt.Sprintf("generator.urls=http://127.0.0.1:%d/v1", port))
 	var last float64
 	for _, s := range after[len(after)-hfLearnLast:] {
 		last += s.SuccessRate / hfLearnLast

@@ -58,12 +58,20 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 	// model (a PyTorch trainer and `longhaul serve --model DIR` loaded from
 	// the same directory), weights travel as HF exports, and the controller
 	// keeps only the tokenizer; that is the generic path below.
-	if cfg.Model.Path != "" && (cfg.Trainer.Kind != "remote" || cfg.Generator.Kind != "openai") {
+	// model.path with the embedded trainer and served generation: the HF
+	// trainer in process (wirehf.go), exports to the servers as below.
+	if cfg.Model.Path != "" && cfg.Generator.Kind != "openai" {
 		return wireHF(ctx, cfg, reg, log, opts, p)
 	}
 	var local *tembedded.Trainer
 	switch cfg.Trainer.Kind {
 	case "embedded":
+		if cfg.Model.Path != "" {
+			if err := wireHFTrainer(ctx, cfg, reg, log, opts, p); err != nil {
+				return nil, err
+			}
+			break
+		}
 		m, err := InitModel(cfg)
 		if err != nil {
 			return nil, err

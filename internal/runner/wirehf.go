@@ -26,28 +26,20 @@ func LoadHF(cfg *config.Config) (*llama.Model, error) {
 	return m, nil
 }
 
-// wireHF is wire for model.path: the Llama/Qwen family of model/llama,
-// trained in process (HFTrainer) and sampled in process (HFGenerator, a
-// copy of the weights per version). The warm start renders its
-// demonstrations through the directory's chat template (warmhf.go).
+// wireHF is wire for model.path with in-process generation: the
+// Llama/Qwen family of model/llama, trained in process (HFTrainer) and
+// sampled in process (HFGenerator, a copy of the weights per version). The
+// warm start renders its demonstrations through the directory's chat
+// template (warmhf.go).
 func wireHF(ctx context.Context, cfg *config.Config, reg *env.Registry, log *slog.Logger, opts Options, p *parts) (*parts, error) {
 	if cfg.Trainer.Kind != "embedded" || cfg.Generator.Kind != "embedded" {
-		return nil, fmt.Errorf("runner: model.path needs trainer.kind and generator.kind both embedded, or remote and openai (have %s, %s)", cfg.Trainer.Kind, cfg.Generator.Kind)
+		return nil, fmt.Errorf("runner: model.path needs trainer.kind embedded with generator.kind embedded or openai, or remote and openai (have %s, %s)", cfg.Trainer.Kind, cfg.Generator.Kind)
 	}
-	m, err := LoadHF(cfg)
-	if err != nil {
+	if err := wireHFTrainer(ctx, cfg, reg, log, opts, p); err != nil {
 		return nil, err
 	}
-	tr, err := tembedded.NewHF(m, OptimConfig(cfg), LossConfig(cfg))
-	if err != nil {
-		return nil, fmt.Errorf("runner: %w", err)
-	}
-	tr.SetFS(opts.FS)
-	p.tr = tr
-	p.warmStart = func(ctx context.Context) error {
-		return warmStartHF(ctx, cfg, reg, tr.Model(), log, opts.WarmStartProgress)
-	}
-	eg := gembedded.NewHF(m.Clone(), 0)
+	tr := p.tr.(*tembedded.HFTrainer)
+	eg := gembedded.NewHF(tr.Model().Clone(), 0)
 	bctx, stop := context.WithCancel(ctx)
 	var inner gen.Generator = eg
 	if opts.Observe != nil {
@@ -61,4 +53,24 @@ func wireHF(ctx context.Context, cfg *config.Config, reg *env.Registry, log *slo
 		return nil
 	}
 	return p, nil
+}
+
+// wireHFTrainer sets p.tr to the HF trainer of model.path and p.warmStart
+// to its warm start. With generator.kind openai (wire.go) the trainer's
+// exports are HF directories that `longhaul serve --model DIR` reloads.
+func wireHFTrainer(_ context.Context, cfg *config.Config, reg *env.Registry, log *slog.Logger, opts Options, p *parts) error {
+	m, err := LoadHF(cfg)
+	if err != nil {
+		return err
+	}
+	tr, err := tembedded.NewHF(m, OptimConfig(cfg), LossConfig(cfg))
+	if err != nil {
+		return fmt.Errorf("runner: %w", err)
+	}
+	tr.SetFS(opts.FS)
+	p.tr = tr
+	p.warmStart = func(ctx context.Context) error {
+		return warmStartHF(ctx, cfg, reg, tr.Model(), log, opts.WarmStartProgress)
+	}
+	return nil
 }

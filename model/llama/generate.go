@@ -32,6 +32,7 @@ type decodeBuf struct {
 	qn, kn, qrstd, krstd    []float32
 	rstd, att, q, probs     []float32
 	gate, up, sig, act, lgt []float32
+	tmp                     []float32 // the packed head's halves (B × V), made when first needed
 }
 
 func (m *Model) newDecodeBuf(B int) *decodeBuf {
@@ -74,6 +75,15 @@ func (m *Model) Generate(ctx context.Context, reqs []model.SampleRequest) ([]mod
 	var errs [nShards]error
 	// with one request the other shard is idle: lend it to the head
 	m.decodeSplit = len(reqs) == 1
+	steps := 0
+	for i := range reqs {
+		steps = max(steps, cost[i]-len(reqs[i].Prompt)-1)
+	}
+	pm := packHeadMinSteps
+	if m.packMin != 0 {
+		pm = m.packMin
+	}
+	m.packHead(steps, pm)
 	runShards(func(sh int) {
 		lo, hi := split[sh][0], split[sh][1]
 		if lo < hi {
@@ -195,21 +205,7 @@ func (m *Model) decodeStep(b *decodeBuf, seqs []*genSeq) {
 		m.mlp(lp, b.x, b.ln, b.gate, b.up, b.sig, b.act, B)
 	}
 	rmsnormForward(b.ln, b.rstd, b.x, m.p.norm, B, d, eps)
-	if B == 1 && m.decodeSplit {
-		// One sequence: the head (the largest product at a big vocabulary)
-		// is split by columns over two goroutines. Each logit is still one
-		// kern chain over d, so the bits do not change.
-		h := V / 2
-		done := make(chan struct{})
-		go func() {
-			kern.MatMulNT(b.lgt[h:V], b.ln, m.p.head[h*d:], 1, d, V-h, false)
-			close(done)
-		}()
-		kern.MatMulNT(b.lgt[:h], b.ln, m.p.head, 1, d, h, false)
-		<-done
-	} else {
-		kern.MatMulNT(b.lgt, b.ln, m.p.head, B, d, V, false)
-	}
+	m.headProduct(b, B, B == 1 && m.decodeSplit)
 	for i, s := range seqs {
 		copy(s.logits, b.lgt[i*V:(i+1)*V])
 		s.pos++

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unsafe"
 )
 
 // Hugging Face model directories: config.json, then model.safetensors or
@@ -44,7 +45,19 @@ var dtypeSize = map[string]int{"F32": 4, "BF16": 2, "F16": 2}
 // LoadDir reads an HF model directory. Weights in F32, BF16 or F16 are
 // converted into the float32 slab tensor by tensor through a small buffer,
 // so loading holds one full copy of the model, never two.
-func LoadDir(dir string) (*Model, error) {
+func LoadDir(dir string) (*Model, error) { return LoadDirWith(dir, LoadOptions{}) }
+
+// LoadOptions tune LoadDir's memory.
+type LoadOptions struct {
+	// HugePages asks for transparent huge pages for the float32 slab
+	// (MADV_HUGEPAGE). Off by default: with THP defrag "madvise" the
+	// faults stall in direct compaction, measured several times slower
+	// than 4 KiB pages on the build machine (docs/hf-models.md, "Loading").
+	HugePages bool
+}
+
+// LoadDirWith is LoadDir with options.
+func LoadDirWith(dir string, o LoadOptions) (*Model, error) {
 	b, err := os.ReadFile(filepath.Join(dir, configFile))
 	if err != nil {
 		return nil, fmt.Errorf("llama: load %s: %w", dir, err)
@@ -77,6 +90,9 @@ func LoadDir(dir string) (*Model, error) {
 		return nil, err
 	}
 	m.srcDir = dir
+	if o.HugePages {
+		hugePages(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(m.w))), 4*len(m.w)))
+	}
 	spec := make(map[string]*tensorSpec, len(m.specs))
 	for i := range m.specs {
 		spec[m.specs[i].name] = &m.specs[i]

@@ -35,7 +35,9 @@ type Model struct {
 	ws       [nShards]*workspace
 	srcDir   string // the HF directory it was loaded from, if any
 
-	decodeSplit bool // Generate: split the head over two goroutines (one request)
+	decodeSplit bool        // Generate: split the head over two goroutines (one request)
+	dh          *decodeHead // Generate: the head packed for decode (decodehead.go)
+	packMin     int         // packHeadMinSteps; tests change it
 }
 
 // New returns a model initialised as transformers does from seed:
@@ -105,10 +107,13 @@ func (m *Model) Context() int { return m.ctx }
 func (m *Model) NumParams() int { return len(m.w) }
 
 // Tensor returns the named tensor's view into the slab (nil if absent),
-// for tests and tools.
+// for tests and tools. A write through it must come before the next
+// Generate call, or go through a new Tensor call (which drops Generate's
+// packed copy of the head).
 func (m *Model) Tensor(name string) []float32 {
 	for _, s := range m.specs {
 		if s.name == name {
+			m.weightsChanged() // the caller may write through the slice
 			return m.w[s.off : s.off+s.size]
 		}
 	}
@@ -160,6 +165,7 @@ func (m *Model) CopyWeightsFrom(src *Model) error {
 		return fmt.Errorf("llama: copy weights: architectures differ")
 	}
 	copy(m.w, src.w)
+	m.weightsChanged()
 	return nil
 }
 

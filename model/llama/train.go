@@ -250,6 +250,7 @@ func (m *Model) lossGrad(ws *workspace, s *model.Sequence, lc model.LossConfig, 
 // adamw is one AdamW update (torch semantics, decoupled decay on matrices
 // and embeddings only), in float64 moments.
 func (t *Trainer) adamw(lr float64) {
+	t.m.weightsChanged()
 	for _, s := range t.m.specs {
 		lo, hi := s.off, s.off+s.size
 		t.oc.AdamW(t.step, lr, t.m.w[lo:hi], t.grad[lo:hi], t.mom[lo:hi], t.vel[lo:hi], s.decay)
