@@ -90,6 +90,11 @@ class Trainer:
         self.model_dir = model_dir
         self.step = 0
         self.version = 0
+        # The warm start (warm_step): steps taken, and its own AdamW moments
+        # while it runs (None outside it). docs/protocols.md, "Trainer
+        # protocol: the warm start".
+        self.warm_done = 0
+        self.warm_moments = None
         self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         mdt = torch.float64 if optim.moment_dtype == "float64" else torch.float32
         self.m = [torch.zeros_like(p, dtype=mdt) for _, p in self.params]
@@ -212,6 +217,37 @@ class Trainer:
         return {"step": self.step, "version": self.version, "loss": acc["loss"], "grad_norm": norm, "lr": lr,
                 "clip_frac": clip / tokens, "clip_frac_low": acc["clip_lo"] / tokens, "clip_frac_high": acc["clip_hi"] / tokens,
                 "kl": acc["kl"] / tokens, "entropy": acc["entropy"] / tokens, "tokens": tokens}
+
+    def warm_step(self, b, w):
+        """One supervised warm-start step (b.loss must be 'sft'): the model's
+        weights move, the RL state does not (step, version and the RL moments
+        stay). The warm start has an AdamW of its own, fresh at index 0, with
+        a constant learning rate w.lr after w.warmup_steps of linear warmup,
+        exactly as the in-process warm start makes a second trainer over the
+        same weights (internal/runner/warmstart.go). The caller checked the
+        fence (index == warm_done, step == 0)."""
+        if b.loss != "sft":
+            raise Invalid(f"warm_step: loss {b.loss!r}, want 'sft'")
+        if w.index == 0:
+            mdt = self.m[0].dtype if self.m else torch.float64
+            self.warm_moments = ([torch.zeros_like(p, dtype=mdt) for _, p in self.params],
+                                 [torch.zeros_like(p, dtype=mdt) for _, p in self.params])
+        oc = OptimConfig(lr=w.lr, min_lr=w.lr, warmup_steps=w.warmup_steps, total_steps=w.steps, schedule="constant",
+                         weight_decay=self.oc.weight_decay, beta1=self.oc.beta1, beta2=self.oc.beta2, eps=self.oc.eps,
+                         grad_clip=self.oc.grad_clip, moment_dtype=self.oc.moment_dtype)
+        saved = (self.step, self.version, self.m, self.v, self.oc)
+        self.step, self.version, self.oc = w.index, 0, oc
+        self.m, self.v = self.warm_moments
+        try:
+            stats = self.train_step(b)
+        finally:
+            self.warm_moments = (self.m, self.v)
+            self.step, self.version, self.m, self.v, self.oc = saved
+        self.warm_done = w.index + 1
+        if self.warm_done >= w.steps:
+            self.warm_moments = None  # the warm start is over: its optimizer goes
+        stats.update(step=self.step, version=self.version, warm_step=self.warm_done, warm_steps=w.steps)
+        return stats
 
     def gradients(self, b):
         """Leaves the summed gradient of the batch loss in each p.grad (all
@@ -368,6 +404,9 @@ class Trainer:
         pr = meta["python_rng"]
         random.setstate((pr[0], tuple(pr[1]), pr[2]))
         self.step, self.version = int(meta["step"]), int(meta["version"])
+        # A checkpoint is taken after the warm start (checkpoint 0): loading
+        # one ends any warm start in progress.
+        self.warm_done, self.warm_moments = 0, None
 
     @torch.no_grad()
     def _restore(self, d, w, opt):
