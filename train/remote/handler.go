@@ -54,6 +54,7 @@ func NewHandler(t train.Trainer, opts HandlerOptions) http.Handler {
 	h := &handler{t: t, opts: opts, turn: make(chan struct{}, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/train_step", h.trainStep)
+	mux.HandleFunc("POST /v1/warm_step", h.warmStep) // warm.go
 	mux.HandleFunc("POST /v1/save_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.SaveCheckpoint(ctx, a) }, "dir", h.emptyDir))
 	mux.HandleFunc("POST /v1/load_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.LoadCheckpoint(ctx, a) }, "dir", h.allowed))
 	mux.HandleFunc("POST /v1/export_weights", h.dirCall(func(ctx context.Context, a string) error { return t.ExportWeights(ctx, a) }, "path", h.weightsTarget))
@@ -203,7 +204,11 @@ func (h *handler) state(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, "state", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wireState{Step: st.Step, Version: st.Version})
+	ws := wireState{Step: st.Step, Version: st.Version}
+	if wt, ok := h.t.(Warmer); ok {
+		ws.WarmStep = wt.WarmDone()
+	}
+	writeJSON(w, http.StatusOK, ws)
 }
 
 type errBody struct {
@@ -228,6 +233,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 type wireState struct {
 	Step    int64 `json:"step"`
 	Version int64 `json:"version"`
+	// WarmStep is the number of warm-start steps taken (warm.go); a
+	// trainer without warm steps omits it.
+	WarmStep int `json:"warm_step,omitempty"`
 }
 
 // wireStats is StepStats on the wire. Floats go through jfloat because a
