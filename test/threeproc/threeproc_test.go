@@ -6,7 +6,6 @@
 package threeproc
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/internal/crashtest"
+	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
@@ -51,36 +52,38 @@ var trainerFlags = []string{"--threads", "1", "--device", "cpu", "--lr", "0.01",
 
 type setup struct {
 	py, bin, model, cfg string
+	args                []string // the run's config overrides
+	flags               []string // the PyTorch trainer's optimizer and loss flags (the same settings)
 }
 
-func (s setup) server(t *testing.T, out *lockedBuffer, port int, allow string) *proc {
+func (s setup) server(t *testing.T, out *proctest.Buffer, port int, allow string) *proctest.Proc {
 	t.Helper()
-	p := launch(t, "server", out, nil, s.bin, "serve", "--model", s.model, "--port", fmt.Sprint(port), "--allow-path", allow)
+	p := proctest.Launch(t, "server", out, nil, s.bin, "serve", "--model", s.model, "--port", fmt.Sprint(port), "--allow-path", allow)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := waitHealthy(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/health", port)); err != nil {
+	if err := p.WaitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", port)); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func (s setup) trainer(t *testing.T, out *lockedBuffer, port int) *proc {
+func (s setup) trainer(t *testing.T, out *proctest.Buffer, port int) *proctest.Proc {
 	t.Helper()
 	env := []string{"PYTHONPATH=" + filepath.Join(root(), "python"), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1"}
-	p := launch(t, "trainer", out, env, append([]string{s.py, "-m", "longhaul_trainer", "--model", s.model, "--port", fmt.Sprint(port)}, trainerFlags...)...)
+	p := proctest.Launch(t, "trainer", out, env, append([]string{s.py, "-m", "longhaul_trainer", "--model", s.model, "--port", fmt.Sprint(port)}, s.flags...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := waitHealthy(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/health", port)); err != nil {
+	if err := p.WaitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", port)); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func (s setup) controller(t *testing.T, out *lockedBuffer, dir string, extra ...string) *proc {
+func (s setup) controller(t *testing.T, out *proctest.Buffer, dir string, extra ...string) *proctest.Proc {
 	t.Helper()
 	args := append([]string{s.bin, "train", "--config", s.cfg, "--run-dir", dir, "--no-progress", "--log-level", "warn",
-		"model.path=" + s.model}, runArgs...)
-	return launch(t, "controller", out, nil, append(args, extra...)...)
+		"model.path=" + s.model}, s.args...)
+	return proctest.Launch(t, "controller", out, nil, append(args, extra...)...)
 }
 
 // kill is one scheduled SIGKILL: which process, how long after the
@@ -97,13 +100,13 @@ type kill struct {
 // controller resumes the run. It returns the kills that landed.
 func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string, took time.Duration) {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &proctest.Buffer{}
 	defer func() {
 		if t.Failed() {
-			t.Logf("process output:\n%s", tail(out.String(), 12000))
+			t.Logf("process output:\n%s", proctest.Tail(out.String(), 12000))
 		}
 	}()
-	sport, tport := freePort(t), freePort(t)
+	sport, tport := proctest.FreePort(t), proctest.FreePort(t)
 	start := time.Now()
 	srv := s.server(t, out, sport, filepath.Dir(dir))
 	tr := s.trainer(t, out, tport)
@@ -122,8 +125,8 @@ func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string
 	timer := next()
 	for {
 		select {
-		case <-ctrl.done:
-			if ctrl.err == nil {
+		case <-ctrl.Done:
+			if ctrl.Err == nil {
 				if len(landed) < len(kills) {
 					t.Fatalf("the run finished after %d of %d kills (%v): make it longer", len(landed), len(kills), landed)
 				}
@@ -133,31 +136,31 @@ func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string
 			// controller's step (remote.RestartedError); it is restarted
 			// like a killed one and resumes from its checkpoint.
 			if !otherKilled || restarts >= 8 {
-				t.Fatalf("controller failed: %v\n%s", ctrl.err, tail(out.String(), 6000))
+				t.Fatalf("controller failed: %v\n%s", ctrl.Err, proctest.Tail(out.String(), 6000))
 			}
 			restarts++
 			otherKilled = false
-			t.Logf("controller exited after a kill of another process (restarted): %v: %s", ctrl.err, lastLine(out.String(), "longhaul:"))
+			t.Logf("controller exited after a kill of another process (restarted): %v: %s", ctrl.Err, proctest.LastLine(out.String(), "longhaul:"))
 			ctrl = s.controller(t, out, dir, urls...)
 		case <-timer:
 			k := kills[len(landed)]
 			switch k.who {
 			case "controller":
-				if !ctrl.kill() {
+				if !ctrl.Kill() {
 					continue // it is exiting on its own; the case above takes it
 				}
 				otherKilled = false
 				ctrl = s.controller(t, out, dir, urls...)
 			case "server":
-				srv.kill()
+				srv.Kill()
 				otherKilled = true
 				srv = s.server(t, out, sport, filepath.Dir(dir))
 			case "trainer":
-				tr.kill()
+				tr.Kill()
 				otherKilled = true
 				tr = s.trainer(t, out, tport)
 			}
-			landed = append(landed, fmt.Sprintf("%s after %s (step %d logged)", k.who, k.after.Round(time.Millisecond), countLines(filepath.Join(dir, "metrics.jsonl"))))
+			landed = append(landed, fmt.Sprintf("%s after %s (step %d logged)", k.who, k.after.Round(time.Millisecond), proctest.CountLines(filepath.Join(dir, "metrics.jsonl"))))
 			timer = next()
 		case <-deadline:
 			t.Fatalf("the run did not finish in 4 minutes (kills %v)", landed)
@@ -181,7 +184,8 @@ func schedule(seed uint64, ref time.Duration) []kill {
 func TestThreeProcessesPyTorchKilled(t *testing.T) {
 	py, tokDir, bin := need(t)
 	work := t.TempDir()
-	s := setup{py: py, bin: bin, model: filepath.Join(work, "qwen3-tiny"), cfg: filepath.Join(root(), "examples", "ledger-tiny.yaml")}
+	s := setup{py: py, bin: bin, model: filepath.Join(work, "qwen3-tiny"), cfg: filepath.Join(root(), "examples", "ledger-tiny.yaml"),
+		args: runArgs, flags: trainerFlags}
 	if out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "1", "--hidden", "16", "--heads", "2",
 		"--kv-heads", "1", "--untied", "--tokenizer", tokDir, "--out", s.model).CombinedOutput(); err != nil {
 		t.Fatalf("init-model: %v\n%s", err, out)
@@ -310,34 +314,14 @@ func keys(m map[int64]string) []int64 {
 	return ks
 }
 
-type stepMetrics struct {
-	Step            int64   `json:"step"`
-	RewardMean      float64 `json:"reward_mean"`
-	SuccessRate     float64 `json:"success_rate"`
-	GeneratedTokens int64   `json:"generated_tokens"`
-	Calls           int64   `json:"calls"`
-	Loss            float64 `json:"loss"`
-	GradNorm        float64 `json:"grad_norm"`
-}
-
-func readMetrics(t *testing.T, dir string) []stepMetrics {
+// readMetrics reads the run's metrics.jsonl.
+func readMetrics(t *testing.T, dir string) []metrics.Step {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	ms, err := metrics.Read(filepath.Join(dir, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []stepMetrics
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var m stepMetrics
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
+	return ms
 }
 
 // compareInProcess relates the three-process run to the in-process one.
