@@ -170,17 +170,27 @@ class Trainer:
             w[j, 0] = weight[idx[j]]
         dev = self.device
         toks, mask, adv, old, ref, w = (t.to(dev) for t in (toks, mask, adv, old, ref, w))
-        logits = self.model(toks)[:, :-1]  # position t-1 predicts token t
+        # Only positions whose next token is trained get the head: with
+        # chat prompts most are prompt positions, and the head over a
+        # 150k-token vocabulary is most of the step (the Go trainer skips
+        # them too). sel[j, t] says token t+1 of row j is trained.
+        sel = mask[:, 1:]
+        pred = torch.zeros_like(mask)
+        pred[:, :-1] = sel
+        if getattr(self.model, "selects", False):
+            logits = self.model(toks, select=pred)  # [N, V], rows in sel's order
+        else:
+            logits = self.model(toks)[pred]
         logp = torch.log_softmax(logits.float(), dim=-1)
-        lp = logp.gather(-1, toks[:, 1:, None]).squeeze(-1).double()
-        m = mask[:, 1:]
+        lp = logp.gather(-1, toks[:, 1:][sel][:, None]).squeeze(-1).double()
+        wt = w.expand(B, T)[:, 1:][sel]
         if b.loss == "sft":
             tl = -lp
-            clipped_lo = clipped_hi = torch.zeros_like(m)
+            clipped_lo = clipped_hi = torch.zeros_like(lp, dtype=torch.bool)
             kl = torch.zeros_like(lp)
         else:
-            a = adv[:, 1:].double()
-            r = torch.exp(lp - old[:, 1:].double())
+            a = adv[:, 1:][sel].double()
+            r = torch.exp(lp - old[:, 1:][sel].double())
             rc = r.clamp(1 - self.lc.clip_low, 1 + self.lc.clip_high)
             u, v = -a * r, -a * rc
             clipped = v > u
@@ -188,19 +198,18 @@ class Trainer:
             clipped_lo, clipped_hi = clipped & (r < 1), clipped & (r > 1)
             kl = torch.zeros_like(lp)
             if self.lc.kl_coef != 0:
-                delta = ref[:, 1:].double() - lp
+                delta = ref[:, 1:][sel].double() - lp
                 kl = torch.exp(delta) - delta - 1
                 tl = tl + self.lc.kl_coef * kl
-        tl = torch.where(m, tl * w, torch.zeros_like(tl))
-        loss = tl.sum()
+        loss = (tl * wt).sum()
         (loss * self.loss_scale if self.loss_scale != 1 else loss).backward()
         with torch.no_grad():
             ent = -(logp.exp() * logp).sum(-1)
             acc["loss"] += float(loss)
-            acc["clip_lo"] += int((clipped_lo & m).sum())
-            acc["clip_hi"] += int((clipped_hi & m).sum())
-            acc["kl"] += float(torch.where(m, kl, torch.zeros_like(kl)).sum())
-            acc["entropy"] += float(torch.where(m, ent.double(), torch.zeros_like(lp)).sum())
+            acc["clip_lo"] += int(clipped_lo.sum())
+            acc["clip_hi"] += int(clipped_hi.sum())
+            acc["kl"] += float(kl.sum())
+            acc["entropy"] += float(ent.double().sum())
 
     def train_step(self, b):
         grads, acc, tokens = self.gradients(b)

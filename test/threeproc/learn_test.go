@@ -37,8 +37,9 @@ func TestThreeProcessesLearn(t *testing.T) {
 	work := t.TempDir()
 	s := setup{py: py, bin: bin, model: filepath.Join(work, "qwen3-tiny"), cfg: filepath.Join(root(), "examples", "qwen3-guess.yaml"),
 		args: []string{"rollout_failure.backoff_base_s=0.1", "rollout_failure.backoff_cap_s=0.5"}, flags: learnFlags}
-	if out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "2", "--hidden", "64", "--heads", "4",
-		"--kv-heads", "2", "--tokenizer", tokDir, "--out", s.model).CombinedOutput(); err != nil {
+	s.limit = 8 * time.Minute
+	if out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "1", "--hidden", "16", "--heads", "2",
+		"--kv-heads", "1", "--tokenizer", tokDir, "--out", s.model).CombinedOutput(); err != nil {
 		t.Fatalf("init-model: %v\n%s", err, out)
 	}
 	inproc := filepath.Join(work, "runs", "inprocess")

@@ -52,8 +52,9 @@ var trainerFlags = []string{"--threads", "1", "--device", "cpu", "--lr", "0.01",
 
 type setup struct {
 	py, bin, model, cfg string
-	args                []string // the run's config overrides
-	flags               []string // the PyTorch trainer's optimizer and loss flags (the same settings)
+	args                []string      // the run's config overrides
+	flags               []string      // the PyTorch trainer's optimizer and loss flags (the same settings)
+	limit               time.Duration // a run's wall-time limit (0: 4 minutes)
 }
 
 func (s setup) server(t *testing.T, out *proctest.Buffer, port int, allow string) *proctest.Proc {
@@ -115,7 +116,11 @@ func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string
 	ctrl := s.controller(t, out, dir, urls...)
 	otherKilled := false // since the controller started
 	restarts := 0
-	deadline := time.After(4 * time.Minute)
+	limit := s.limit
+	if limit == 0 {
+		limit = 4 * time.Minute
+	}
+	deadline := time.After(limit)
 	next := func() <-chan time.Time {
 		if len(landed) < len(kills) {
 			return time.After(kills[len(landed)].after)
@@ -130,7 +135,10 @@ func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string
 				if len(landed) < len(kills) {
 					t.Fatalf("the run finished after %d of %d kills (%v): make it longer", len(landed), len(kills), landed)
 				}
-				return landed, time.Since(start)
+				took := time.Since(start)
+				srv.Kill() // done with: their CPU goes to the next run
+				tr.Kill()
+				return landed, took
 			}
 			// A trainer that came back at another step fails the
 			// controller's step (remote.RestartedError); it is restarted
@@ -163,7 +171,7 @@ func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string
 			landed = append(landed, fmt.Sprintf("%s after %s (step %d logged)", k.who, k.after.Round(time.Millisecond), proctest.CountLines(filepath.Join(dir, "metrics.jsonl"))))
 			timer = next()
 		case <-deadline:
-			t.Fatalf("the run did not finish in 4 minutes (kills %v)", landed)
+			t.Fatalf("the run did not finish in %v (kills %v)", limit, landed)
 		}
 	}
 }
