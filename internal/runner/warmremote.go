@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -78,9 +79,11 @@ func warmStartRemote(ctx context.Context, cfg *config.Config, reg *env.Registry,
 		spec.Index = i
 		b := train.Batch{Loss: train.LossSFT, Rows: rows[i*ws.BatchSize : (i+1)*ws.BatchSize]}
 		last, err = rc.WarmStep(ctx, spec, b)
-		if errors.Is(err, remote.ErrWarmConflict) && resyncs < maxWarmResyncs {
+		if resyncable(err) && resyncs < maxWarmResyncs {
 			// The step was applied before a lost answer, or the trainer
 			// restarted and lost the warm start: it says where it is.
+			// (Warm steps are fenced by their index, so picking up from
+			// the trainer's count never applies one twice.)
 			resyncs++
 			var step int64
 			if i, step, err = rc.WarmState(ctx); err != nil {
@@ -105,6 +108,15 @@ func warmStartRemote(ctx context.Context, cfg *config.Config, reg *env.Registry,
 	}
 	log.Info("warm start done (remote trainer)", "steps", ws.Steps, "loss", last.Loss, "took", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// resyncable: a refused warm step (the fence), or one whose answer was
+// lost (the trainer unreachable past the client's own retries, or killed
+// while answering: a cut body), after which the trainer's count says
+// where to go on.
+func resyncable(err error) bool {
+	return errors.Is(err, remote.ErrWarmConflict) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		(remote.ClassOf(err) == remote.ClassInfra && !errors.Is(err, context.Canceled))
 }
 
 // WarmTrainer is the Go trainer `longhaul serve-trainer` serves, with
