@@ -2,9 +2,6 @@ package pytorch
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -93,33 +90,5 @@ func TestWarmStartAgreement(t *testing.T) {
 		t.Fatalf("the first RL step after the warm start is step %d (Go), %d (PyTorch), want 1", gs.Step, ps.Step)
 	}
 	agree("RL step 1", gs.Loss, ps.Loss, gs.GradNorm, ps.GradNorm, gs.LR, ps.LR)
-	root := t.TempDir()
-	goOut, pyOut := filepath.Join(root, "go"), filepath.Join(root, "py")
-	for _, d := range []string{goOut, pyOut} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := goT.ExportWeights(ctx, filepath.Join(goOut, "model.safetensors")); err != nil {
-		t.Fatal(err)
-	}
-	if err := py.ExportWeights(ctx, filepath.Join(pyOut, "model.safetensors")); err != nil {
-		t.Fatal(err)
-	}
-	out, err := pyCmd(ctx, t, "-m", "longhaul_trainer.gomodel", "compare-hf", "--a", goOut, "--hf", pyOut).Output()
-	if err != nil {
-		t.Fatalf("compare: %v: %s", err, out)
-	}
-	var cmp struct {
-		MaxRel float64 `json:"max_rel"`
-		Worst  string  `json:"worst_tensor"`
-		Error  string  `json:"error"`
-	}
-	if err := json.Unmarshal(out, &cmp); err != nil || cmp.Error != "" {
-		t.Fatalf("compare output %q: %v", out, err)
-	}
-	t.Logf("weights after the warm start and one RL step: max relative difference %.3g (%s)", cmp.MaxRel, cmp.Worst)
-	if cmp.MaxRel > 1e-5 {
-		t.Fatalf("weights differ: %+v", cmp)
-	}
+	hfExportsAgree(ctx, t, "after the warm start and one RL step", goT, py)
 }

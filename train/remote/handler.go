@@ -118,22 +118,37 @@ func (h *handler) fail(w http.ResponseWriter, op string, err error) {
 	}
 }
 
-func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
+// readBatch reads a batch payload, decodes it and validates the batch,
+// then waits for the trainer's turn; false means it has answered (400,
+// 413, or the request gave up), true that the caller holds the turn.
+func (h *handler) readBatch(w http.ResponseWriter, r *http.Request, op string, decode func([]byte) (train.Batch, error)) (train.Batch, bool) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		h.fail(w, "read batch", err)
-		return
+		return train.Batch{}, false
 	}
-	b, expect, err := decodeBatch(body)
+	b, err := decode(body)
 	if err == nil {
 		err = train.ValidateBatch(b)
 	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, "bad_batch", err.Error())
-		return
+		return train.Batch{}, false
 	}
 	if err := h.acquire(r.Context()); err != nil {
-		h.fail(w, "train_step", err)
+		h.fail(w, op, err)
+		return train.Batch{}, false
+	}
+	return b, true
+}
+
+func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
+	var expect int64
+	b, ok := h.readBatch(w, r, "train_step", func(p []byte) (b train.Batch, err error) {
+		b, expect, err = decodeBatch(p)
+		return b, err
+	})
+	if !ok {
 		return
 	}
 	defer h.release()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -152,21 +151,12 @@ func (h *handler) warmStep(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotImplemented, "not_implemented", "this trainer takes no warm-start steps (warm_step)")
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		h.fail(w, "read batch", err)
-		return
-	}
-	b, spec, err := decodeWarm(body)
-	if err == nil {
-		err = train.ValidateBatch(b)
-	}
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, "bad_batch", err.Error())
-		return
-	}
-	if err := h.acquire(r.Context()); err != nil {
-		h.fail(w, "warm_step", err)
+	var spec WarmSpec
+	b, ok := h.readBatch(w, r, "warm_step", func(p []byte) (b train.Batch, err error) {
+		b, spec, err = decodeWarm(p)
+		return b, err
+	})
+	if !ok {
 		return
 	}
 	defer h.release()
