@@ -192,13 +192,6 @@ type vllmGenerateRequest struct {
 	Stream         bool                `json:"stream"`
 }
 
-type vllmLogprob struct {
-	Token       string    `json:"token"`
-	Logprob     float32   `json:"logprob"`
-	Bytes       []int     `json:"bytes"`
-	TopLogprobs []float32 `json:"top_logprobs"`
-}
-
 type vllmChoice struct {
 	Index        int     `json:"index"`
 	Logprobs     any     `json:"logprobs"`
@@ -224,15 +217,21 @@ func (s *Server) handleVLLMGenerate(w http.ResponseWriter, r *http.Request) {
 		sp.Model = req.Model
 	}
 	sp.Stream = sp.Stream || req.Stream
-	if sp.PromptLogprobs != nil {
-		s.writeParamError(w, badParam("sampling_params.prompt_logprobs", "prompt_logprobs is not supported by this server."))
+	// vLLM's SamplingParams: logprobs = k lists the sampled token's logprob
+	// and the k most likely tokens at each position (top_logprobs of
+	// ChatCompletionLogProbs); prompt_logprobs = k, the prompt's.
+	if sp.Logprobs != nil && (*sp.Logprobs < 0 || *sp.Logprobs > maxTopLogprobs) {
+		s.writeParamError(w, badParam("sampling_params.logprobs", "logprobs must be in [0, %d], got %d.", maxTopLogprobs, *sp.Logprobs))
 		return
 	}
-	if sp.Logprobs != nil && (*sp.Logprobs < 0 || *sp.Logprobs > maxLogprobs) {
-		s.writeParamError(w, badParam("sampling_params.logprobs", "logprobs must be in [0, %d], got %d.", maxLogprobs, *sp.Logprobs))
+	if sp.PromptLogprobs != nil && (*sp.PromptLogprobs < 0 || *sp.PromptLogprobs > maxTopLogprobs) {
+		s.writeParamError(w, badParam("sampling_params.prompt_logprobs", "prompt_logprobs must be in [0, %d], got %d (-1, the whole vocabulary, is not supported).", maxTopLogprobs, *sp.PromptLogprobs))
 		return
 	}
 	p, err := s.validate(&sp.sampling, defaultMaxTokens)
+	if err == nil {
+		err = s.withLogprobs(&p, deref(sp.Logprobs), "sampling_params.logprobs", sp.PromptLogprobs)
+	}
 	if err != nil {
 		s.writeParamError(w, err)
 		return
@@ -242,7 +241,7 @@ func (s *Server) handleVLLMGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, badParam("token_ids", "%v", err))
 		return
 	}
-	cs, _, v, err := s.sample(r, prompts, p)
+	cs, promptLPs, v, err := s.sample(r, prompts, p)
 	if err != nil {
 		s.writeGenError(w, v, err)
 		return
@@ -251,19 +250,22 @@ func (s *Server) handleVLLMGenerate(w http.ResponseWriter, r *http.Request) {
 	for i, c := range cs {
 		ch := vllmChoice{Index: i, FinishReason: c.finish, TokenIDs: nonNil(c.tokens)}
 		if sp.Logprobs != nil {
-			content := make([]vllmLogprob, len(c.tokens))
-			for k, t := range c.tokens {
-				content[k] = vllmLogprob{Token: tokenString(t, p.asIDs), Logprob: c.logprobs[k], TopLogprobs: []float32{}}
-				if t >= 0 && t < 256 {
-					content[k].Bytes = []int{int(t)}
-				}
+			// The chat route's entries: token, logprob, bytes and the
+			// alternatives (annotate fills c.top when logprobs > 0).
+			content := make([]chatTokenLogprob, len(c.tokens))
+			for k := range c.tokens {
+				content[k] = s.chatLogprob(c, k, p)
 			}
-			ch.Logprobs = map[string]any{"content": content}
+			ch.Logprobs = &chatLogprobs{Content: content}
 		}
 		out[i] = ch
 	}
+	var plp any
+	if promptLPs != nil {
+		plp = s.promptLogprobsJSON(prompts[0], promptLPs[0], p.asIDs)
+	}
 	writeJSON(w, v, http.StatusOK, map[string]any{"request_id": req.RequestID, "choices": out,
-		"prompt_logprobs": nil, "kv_transfer_params": nil, "weight_version": v})
+		"prompt_logprobs": plp, "kv_transfer_params": nil, "weight_version": v})
 }
 
 // ---- POST /generate (SGLang GenerateReqInput, token ids in) ----

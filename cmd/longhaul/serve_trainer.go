@@ -41,7 +41,7 @@ func newServeTrainerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			h := remote.NewHandler(t, remote.HandlerOptions{APIKey: apiKey, MaxBodyBytes: maxBody, Logger: log, AllowPaths: &allow})
+			h := remote.NewHandler(runner.NewWarmTrainer(t, runner.OptimConfig(cfg)), remote.HandlerOptions{APIKey: apiKey, MaxBodyBytes: maxBody, Logger: log, AllowPaths: &allow})
 			if err := listenAndServe(cmd.Context(), log, net.JoinHostPort(host, strconv.Itoa(port)), h); err != nil {
 				return fmt.Errorf("serve-trainer: %w", err)
 			}

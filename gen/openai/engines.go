@@ -35,7 +35,7 @@ func (c *Client) encodeRequest(r *gen.Request, n int, topP float32) (string, []b
 			RequestID: fmt.Sprintf("longhaul-%016x-%d", r.Seed, requestSeq.Add(1)),
 			TokenIDs:  r.Prompt, Model: c.opts.Model,
 			SamplingParams: vllmSamplingParams{N: n, MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: topP,
-				TopK: r.TopK, Seed: int64(r.Seed), StopTokenIDs: r.Stop, IgnoreEOS: true, Logprobs: 1},
+				TopK: r.TopK, Seed: int64(r.Seed), StopTokenIDs: r.Stop, IgnoreEOS: true, Logprobs: 0},
 		})
 		return "/inference/v1/generate", b, err
 	case APISGLang:

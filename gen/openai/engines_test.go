@@ -285,7 +285,7 @@ func TestRecordedVLLM(t *testing.T) {
 	}
 	b := st.body("POST /inference/v1/generate")
 	sp, _ := b["sampling_params"].(map[string]any)
-	if b["token_ids"] == nil || sp["max_tokens"] != 4.0 || sp["seed"] != 9.0 || sp["logprobs"] != 1.0 || b["request_id"] == nil || b["model"] != "Qwen/Qwen3-0.6B" {
+	if b["token_ids"] == nil || sp["max_tokens"] != 4.0 || sp["seed"] != 9.0 || sp["logprobs"] != 0.0 || b["request_id"] == nil || b["model"] != "Qwen/Qwen3-0.6B" {
 		t.Fatalf("generate request %v", b)
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/longhaul-rl/longhaul/internal/faultproxy"
 	"github.com/longhaul-rl/longhaul/runlog"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // faultSteps is short: every case runs `longhaul serve` and `longhaul
@@ -31,7 +33,7 @@ type faultRun struct {
 func runWithFaults(t *testing.T, bin string, plan faultproxy.Plan, args ...string) *faultRun {
 	t.Helper()
 	cfg := tinyConfig(t)
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	serveProc(t, bin, port, "serve", "--config", cfg)
 	p := faultproxy.New(fmt.Sprintf("http://127.0.0.1:%d", port), faultproxy.OnPath("/v1/completions", plan))
 	t.Cleanup(p.Close)
@@ -45,7 +47,7 @@ func runWithFaults(t *testing.T, bin string, plan faultproxy.Plan, args ...strin
 		// A Timeout fault holds its call until the client gives up.
 		"rollout_failure.call_timeout_s=1"}
 	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	out := &lockedBuffer{}
+	out := &proctest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	err := cmd.Run()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/runlog"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 const fenceSteps = 8
@@ -33,7 +35,7 @@ func TestRestartedServerIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	srv := startReadme(t, bin, work, port, "serve", "--config", cfg)
 	tp := startTrain(t, bin, work, "--config", cfg, "--run-dir", "run", fmt.Sprint("run.max_steps=", fenceSteps),
 		"generator.kind=openai", fmt.Sprintf("generator.urls=http://127.0.0.1:%d/v1", port), "trainer.kind=embedded")

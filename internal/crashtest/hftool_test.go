@@ -15,6 +15,8 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // TestHFModelToolEnvRun: `longhaul train` with a tiny random Qwen3
@@ -45,7 +47,7 @@ func TestHFModelToolEnvRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("init-model: %v\n%s", err, out)
 	}
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	startPyEnv(t, py, root, filepath.Join(dir, "journal.jsonl"), port)
 	runDir := filepath.Join(dir, "run")
 	train(t, bin, filepath.Join(root, "examples", "envs", "notebook.yaml"), runDir, "--log-level", "warn",

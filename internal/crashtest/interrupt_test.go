@@ -13,6 +13,8 @@ import (
 
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/internal/tb"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // interruptAt starts a run, waits until metrics.jsonl holds at least rows
@@ -26,7 +28,7 @@ func interruptAt(t *testing.T, bin, cfg, dir string, rows int, sigs ...syscall.S
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
-	for countLines(filepath.Join(dir, "metrics.jsonl")) < rows {
+	for proctest.CountLines(filepath.Join(dir, "metrics.jsonl")) < rows {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -93,7 +95,7 @@ func TestKilledRunMetricsOnePerStep(t *testing.T) {
 	if how, err := o.start(context.Background(), dir, "checkpoint.write:3").wait(); err != nil || how != "killed" {
 		t.Fatalf("crash run: %q %v", how, err)
 	}
-	if n := countLines(filepath.Join(dir, "metrics.jsonl")); n != 6 {
+	if n := proctest.CountLines(filepath.Join(dir, "metrics.jsonl")); n != 6 {
 		t.Fatalf("%d rows before the resume, want 6 (the kill is at step 6's checkpoint)", n)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "metrics.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
@@ -111,7 +113,7 @@ func TestKilledRunMetricsOnePerStep(t *testing.T) {
 func checkMetricsRows(t *testing.T, ref, dir string, n int64) {
 	t.Helper()
 	p := filepath.Join(dir, "metrics.jsonl")
-	if c := countLines(p); int64(c) != n {
+	if c := proctest.CountLines(p); int64(c) != n {
 		t.Fatalf("metrics.jsonl has %d lines for %d steps", c, n)
 	}
 	got, err := metrics.Read(p)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/runlog"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // pyEnv is examples/envs/notebook_env.py running as a real process.
@@ -98,7 +100,7 @@ func TestPythonEnvKilledMidRun(t *testing.T) {
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	dir := t.TempDir()
 	journal := filepath.Join(dir, "journal.jsonl")
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	env := startPyEnv(t, py, root, journal, port)
 	runDir := filepath.Join(dir, "run")
 	args := []string{"train", "--config", filepath.Join(root, "examples", "envs", "notebook.yaml"), "--run-dir", runDir,

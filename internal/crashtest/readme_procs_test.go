@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // readmeProc is a `longhaul serve` or `longhaul serve-trainer` started the
@@ -24,13 +26,13 @@ type readmeProc struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	out    *lockedBuffer
+	out    *proctest.Buffer
 	starts int
 }
 
 func startReadme(t *testing.T, bin, workDir string, port int, args ...string) *readmeProc {
 	t.Helper()
-	p := &readmeProc{t: t, bin: bin, dir: workDir, port: port, args: args, out: &lockedBuffer{}}
+	p := &readmeProc{t: t, bin: bin, dir: workDir, port: port, args: args, out: &proctest.Buffer{}}
 	t.Cleanup(p.kill)
 	p.start()
 	return p
@@ -113,14 +115,14 @@ func healthVersion(port int) int64 {
 // closed when it exits, with its error and output.
 type trainProc struct {
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *proctest.Buffer
 	exited chan struct{}
 	err    error
 }
 
 func startTrain(t *testing.T, bin, workDir string, args ...string) *trainProc {
 	t.Helper()
-	tp := &trainProc{out: &lockedBuffer{}, exited: make(chan struct{})}
+	tp := &trainProc{out: &proctest.Buffer{}, exited: make(chan struct{})}
 	tp.cmd = exec.Command(bin, append([]string{"train", "--no-progress", "--log-level", "info"}, args...)...)
 	tp.cmd.Dir = workDir
 	tp.cmd.Stdout, tp.cmd.Stderr = tp.out, tp.out

@@ -18,6 +18,8 @@ import (
 
 	ltrain "github.com/longhaul-rl/longhaul/train"
 	"github.com/longhaul-rl/longhaul/train/remote"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // capped starts the longhaul binary as a server under a 4 GiB address-space
@@ -99,7 +101,7 @@ func TestServersRefuse(t *testing.T) {
 	os.MkdirAll(filepath.Join(allowed, "full"), 0o755)
 	os.WriteFile(filepath.Join(allowed, "full", "keep.txt"), []byte("mine"), 0o644)
 	os.WriteFile(filepath.Join(allowed, "notes.txt"), []byte("mine"), 0o644)
-	gport, tport := freePort(t), freePort(t)
+	gport, tport := proctest.FreePort(t), proctest.FreePort(t)
 	capped(t, bin, gport, "serve", "--config", cfg, "--api-key", "k", "--allow-path", allowed)
 	capped(t, bin, tport, "serve-trainer", "--config", cfg, "--api-key", "k", "--allow-path", allowed)
 

@@ -4,24 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+	"github.com/longhaul-rl/longhaul/internal/proctest"
+)
 
 // serveProc starts a long-running longhaul subcommand and waits for /health.
 func serveProc(t *testing.T, bin string, port int, args ...string) *exec.Cmd {
@@ -71,7 +62,7 @@ func TestThreeProcessesEqualInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tport, gport := freePort(t), freePort(t)
+	tport, gport := proctest.FreePort(t), proctest.FreePort(t)
 	serveProc(t, bin, tport, "serve-trainer", "--config", cfg, "run.max_steps=6")
 	serveProc(t, bin, gport, "serve", "--config", cfg)
 	dir := filepath.Join(t.TempDir(), "served")

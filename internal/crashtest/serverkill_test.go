@@ -2,20 +2,19 @@ package crashtest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/runlog"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // serverKillSteps is long enough (a few seconds on loopback) that the
@@ -52,7 +51,7 @@ func TestServerKilledMidRun(t *testing.T) {
 			ports := make([]int, tc.servers)
 			urls := make([]string, tc.servers)
 			for i := range ports {
-				ports[i] = freePort(t)
+				ports[i] = proctest.FreePort(t)
 				urls[i] = fmt.Sprintf("http://127.0.0.1:%d/v1", ports[i])
 			}
 			victim := serveProc(t, bin, ports[0], "serve", "--config", cfg)
@@ -70,7 +69,7 @@ func TestServerKilledMidRun(t *testing.T) {
 				// 0.1, 0.2, 0.4, 0.5, ... s over 20 attempts wait ≥ 8 s.
 				"rollout_failure.max_infra_attempts=20", "rollout_failure.backoff_base_s=0.1",
 				"rollout_failure.backoff_cap_s=0.5", "rollout_failure.call_timeout_s=20")
-			out := &lockedBuffer{}
+			out := &proctest.Buffer{}
 			cmd.Stdout, cmd.Stderr = out, out
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -81,17 +80,17 @@ func TestServerKilledMidRun(t *testing.T) {
 
 			// Kill the server once two steps are in metrics.jsonl.
 			metrics := filepath.Join(dir, "metrics.jsonl")
-			if !waitFor(exited, 60*time.Second, func() bool { return countLines(metrics) >= 2 }) {
+			if !waitFor(exited, 60*time.Second, func() bool { return proctest.CountLines(metrics) >= 2 }) {
 				t.Fatalf("the run ended (or stalled) before step 2:\n%s", out.String())
 			}
 			if err := victim.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			killedAt := countLines(metrics)
+			killedAt := proctest.CountLines(metrics)
 			time.Sleep(500 * time.Millisecond)
-			restartedAt := countLines(metrics)
+			restartedAt := proctest.CountLines(metrics)
 			serveProc(t, bin, ports[0], "serve", "--config", cfg, "--weights", dir)
-			backAt := countLines(metrics)
+			backAt := proctest.CountLines(metrics)
 
 			select {
 			case <-exited:
@@ -293,31 +292,4 @@ func waitFor(exited <-chan struct{}, timeout time.Duration, cond func() bool) bo
 		}
 	}
 	return false
-}
-
-func countLines(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	return bytes.Count(b, []byte("\n"))
-}
-
-// lockedBuffer is an io.Writer safe for the child's stdout and stderr
-// copiers and the test reading it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

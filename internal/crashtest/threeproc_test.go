@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // chaos is a three-process run (`longhaul serve`, `longhaul serve-trainer`
@@ -51,7 +53,7 @@ func configFor(t *testing.T, dir string, steps int, mode string) string {
 
 func (o chaos) run(t *testing.T, bin, work, cfg string) chaosResult {
 	t.Helper()
-	tport, gport := freePort(t), freePort(t)
+	tport, gport := proctest.FreePort(t), proctest.FreePort(t)
 	procs := map[string]*readmeProc{
 		"serve-trainer": startReadme(t, bin, work, tport, "serve-trainer", "--config", cfg),
 		"serve":         startReadme(t, bin, work, gport, "serve", "--config", cfg),
@@ -70,11 +72,11 @@ func (o chaos) run(t *testing.T, bin, work, cfg string) chaosResult {
 		// Kill the server once a few steps are in, just after a step
 		// started generating (its row is written before generation of the
 		// next step begins), keep it away for the outage, start it again.
-		if !waitFor(tp.exited, 60*time.Second, func() bool { return countLines(metrics) >= 2 }) {
+		if !waitFor(tp.exited, 60*time.Second, func() bool { return proctest.CountLines(metrics) >= 2 }) {
 			t.Fatalf("the run ended (or stalled) before step 2:\n%s", tail(tp.out.String(), 40))
 		}
 		procs["serve"].kill()
-		res.kills = append(res.kills, fmt.Sprintf("serve after step %d, away %v", countLines(metrics), o.outage))
+		res.kills = append(res.kills, fmt.Sprintf("serve after step %d, away %v", proctest.CountLines(metrics), o.outage))
 		time.Sleep(o.outage)
 		procs["serve"].start()
 	}
@@ -97,7 +99,7 @@ func (o chaos) run(t *testing.T, bin, work, cfg string) chaosResult {
 		if time.Now().After(deadline) {
 			t.Fatalf("the run did not finish in time (kills: %v):\n%s", res.kills, tail(tp.out.String(), 60))
 		}
-		if killed >= o.kills || o.outage > 0 || countLines(metrics) < 1+killed*(o.steps-2)/o.kills {
+		if killed >= o.kills || o.outage > 0 || proctest.CountLines(metrics) < 1+killed*(o.steps-2)/o.kills {
 			continue
 		}
 		if armed.IsZero() {
@@ -108,7 +110,7 @@ func (o chaos) run(t *testing.T, bin, work, cfg string) chaosResult {
 		}
 		armed = time.Time{}
 		victim := []string{"serve", "serve-trainer", "train"}[rng.IntN(3)]
-		step := countLines(metrics)
+		step := proctest.CountLines(metrics)
 		switch victim {
 		case "train":
 			tp.cmd.Process.Signal(syscall.SIGKILL)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
 
 // configWithSteps writes the tiny config with run.max_steps = steps into
@@ -49,7 +51,7 @@ func TestTrainerKilledMidRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tport, gport := freePort(t), freePort(t)
+	tport, gport := proctest.FreePort(t), proctest.FreePort(t)
 	trainer := startReadme(t, bin, work, tport, "serve-trainer", "--config", cfg)
 	startReadme(t, bin, work, gport, "serve", "--config", cfg)
 	dir := filepath.Join(work, "run")
@@ -59,11 +61,11 @@ func TestTrainerKilledMidRun(t *testing.T) {
 	metrics := filepath.Join(dir, "metrics.jsonl")
 	// Step 4 is past the checkpoint of step 3 (save_period 3), so the
 	// restore loads a trained checkpoint and rewinds the steps after it.
-	if !waitFor(tp.exited, 60*time.Second, func() bool { return countLines(metrics) >= 4 }) {
+	if !waitFor(tp.exited, 60*time.Second, func() bool { return proctest.CountLines(metrics) >= 4 }) {
 		t.Fatalf("the run ended (or stalled) before step 4:\n%s", tail(tp.out.String(), 40))
 	}
 	trainer.restart()
-	killedAt := countLines(metrics)
+	killedAt := proctest.CountLines(metrics)
 	if err := tp.wait(t, 120*time.Second); err != nil {
 		t.Fatalf("train: %v\n%s", err, tail(tp.out.String(), 60))
 	}

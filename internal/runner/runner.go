@@ -353,9 +353,7 @@ func warmStart(ctx context.Context, cfg *config.Config, reg *env.Registry, ch *d
 	if err != nil {
 		return err
 	}
-	oc := OptimConfig(cfg)
-	oc.LR, oc.MinLR, oc.Schedule, oc.WarmupSteps, oc.TotalSteps = ws.LR, ws.LR, "constant", min(10, ws.Steps), ws.Steps
-	t, err := newTrainer(oc)
+	t, err := newTrainer(warmOptim(cfg)) // warmremote.go: the same for a remote trainer
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,15 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		// from the same config: `longhaul serve-trainer --config ...`.
 		rc := remote.New(cfg.Trainer.URL, remote.Options{MaxOutage: time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))})
 		p.tr, p.describeTrainer = rc, rc.Describe
+		if cfg.Model.Path != "" {
+			// An HF model's trainer (the PyTorch one) starts from the
+			// directory; the warm start goes through the protocol
+			// (warmremote.go). The Go serve-trainer (byte model) warm-starts
+			// itself from its config.
+			p.warmStart = func(ctx context.Context) error {
+				return warmStartRemote(ctx, cfg, reg, rc, log, opts.WarmStartProgress)
+			}
+		}
 	default:
 		return nil, fmt.Errorf("runner: trainer.kind %q", cfg.Trainer.Kind)
 	}

@@ -2,6 +2,7 @@
 checked as train/remote's decodeBatch does, with errors that name the field."""
 
 import json
+import math
 
 import torch
 
@@ -107,3 +108,47 @@ def encode(loss, rows, microbatches=None, expect_step=-1):
     if expect_step >= 0:
         meta["expect_step"] = str(expect_step)
     return st.encode({"tokens": tok, "mask": mask, "advantages": adv, "old_logprobs": old, "lengths": lens}, meta)
+
+
+class Warm:
+    """The warm-start fields of a warm_step payload's __metadata__."""
+
+    def __init__(self, index, steps, lr, warmup_steps):
+        self.index, self.steps, self.lr, self.warmup_steps = index, steps, lr, warmup_steps
+
+
+def decode_warm(payload):
+    """A warm_step payload: a train_step batch (loss 'sft') whose
+    __metadata__ adds warm_index, warm_steps, lr and warmup_steps."""
+    b = decode(payload)
+    try:
+        meta, _ = st.decode(payload, what="warm_step payload")
+    except st.FormatError as e:
+        raise BadRequest(str(e)) from None
+    if b.loss != "sft":
+        raise BadRequest(f"__metadata__ loss {b.loss!r}: warm_step takes 'sft'")
+
+    def integer(key):
+        s = meta.get(key)
+        if s is None or not s.isdigit():
+            raise BadRequest(f"__metadata__ {key} {s!r}: want a non-negative integer")
+        return int(s)
+
+    index, steps, warmup = integer("warm_index"), integer("warm_steps"), integer("warmup_steps")
+    if index >= steps:
+        raise BadRequest(f"__metadata__ warm_index {index} is not below warm_steps {steps}")
+    try:
+        lr = float(meta.get("lr", ""))
+    except ValueError:
+        raise BadRequest(f"__metadata__ lr {meta.get('lr')!r}: want a number") from None
+    if not (lr > 0 and math.isfinite(lr)):
+        raise BadRequest(f"__metadata__ lr {lr}: want a finite number > 0")
+    return b, Warm(index, steps, lr, warmup)
+
+
+def encode_warm(rows, index, steps, lr, warmup_steps, microbatches=None):
+    """The inverse of decode_warm (tests)."""
+    payload = encode("sft", rows, microbatches)
+    meta, ts = st.decode(payload)
+    meta.update(warm_index=str(index), warm_steps=str(steps), lr=repr(float(lr)), warmup_steps=str(warmup_steps))
+    return st.encode(ts, meta)

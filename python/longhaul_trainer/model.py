@@ -184,7 +184,11 @@ class CausalLM(nn.Module):
         hd = c.head_dim
         self.register_buffer("inv_freq", 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)), persistent=False)
 
-    def forward(self, tokens):
+    selects = True  # forward takes select= (the trainer's masked head)
+
+    def forward(self, tokens, select=None):
+        """select (bool [B, T]), when given, computes the head only at those
+        positions: logits [N, V] in row-major order of select."""
         T = tokens.shape[1]
         pos = torch.arange(T, device=tokens.device, dtype=torch.float32)
         freqs = torch.outer(pos, self.inv_freq.float())
@@ -195,6 +199,8 @@ class CausalLM(nn.Module):
             x = layer(x, cos, sin)
         x = self.model.norm(x)
         w = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        if select is not None:
+            x = x[select]
         return F.linear(x, w).float()
 
 

@@ -23,7 +23,7 @@ from .batch import BadRequest, Invalid
 
 log = logging.getLogger("longhaul_trainer")
 
-OP_STOP, OP_STEP, OP_LOAD, OP_SAVE, OP_EXPORT = 0, 1, 2, 3, 4
+OP_STOP, OP_STEP, OP_LOAD, OP_SAVE, OP_EXPORT, OP_WARM = 0, 1, 2, 3, 4, 5
 
 
 def jfloat(x):
@@ -68,6 +68,8 @@ def follow(trainer, device, export_dtype=None):
             return
         if op == OP_STEP:
             trainer.train_step(wire.decode(payload))
+        elif op == OP_WARM:
+            trainer.warm_step(*wire.decode_warm(payload))
         elif op == OP_LOAD:
             trainer.load_checkpoint(payload.decode())
         elif op == OP_SAVE:  # FSDP: the shards are gathered by every rank
@@ -106,6 +108,24 @@ class App:
             self.last_decode, self.last_step = decoded, time.perf_counter() - t1
             return 200, {k: jfloat(v) for k, v in stats.items()}
 
+    def warm_step(self, body):
+        """The warm start's supervised step (docs/protocols.md, "Trainer
+        protocol: the warm start"), fenced by its index: a resent step that
+        was applied, or a trainer that restarted and lost the warm start's
+        progress, answers 409 with the trainer's warm_step to resume from."""
+        b, w = wire.decode_warm(body)
+        with self.lock:
+            if self.t.step != 0:
+                return 409, {"error": {"code": "warm_after_rl", "message": f"trainer is at RL step {self.t.step}: a warm start runs only before the first train_step"},
+                             "step": self.t.step, "version": self.t.version, "warm_step": self.t.warm_done}
+            if w.index != self.t.warm_done:
+                return 409, {"error": {"code": "warm_conflict", "message": f"trainer has taken {self.t.warm_done} warm-start steps, the batch is step {w.index}"},
+                             "step": self.t.step, "version": self.t.version, "warm_step": self.t.warm_done}
+            self.t.check(b)
+            self.peers.send(OP_WARM, body)
+            stats = self.t.warm_step(b, w)
+            return 200, {k: jfloat(v) for k, v in stats.items()}
+
     def path_call(self, route, body):
         field = "path" if route == "/v1/export_weights" else "dir"
         try:
@@ -131,11 +151,11 @@ class App:
 
     def state(self):
         with self.lock:
-            return 200, {"step": self.t.step, "version": self.t.version,
+            return 200, {"step": self.t.step, "version": self.t.version, "warm_step": self.t.warm_done,
                          "last_decode_seconds": self.last_decode, "last_step_seconds": self.last_step}
 
 
-ROUTES = {"/v1/train_step": "POST", "/v1/save_checkpoint": "POST", "/v1/load_checkpoint": "POST",
+ROUTES = {"/v1/train_step": "POST", "/v1/warm_step": "POST", "/v1/save_checkpoint": "POST", "/v1/load_checkpoint": "POST",
           "/v1/export_weights": "POST", "/v1/state": "GET", "/health": "GET"}
 
 
@@ -216,11 +236,13 @@ def make_handler(app):
                 body = self.body()
                 if path == "/v1/train_step":
                     return app.train_step(body)
+                if path == "/v1/warm_step":
+                    return app.warm_step(body)
                 return app.path_call(path, body)
             except TooLarge as e:
                 return err(413, "too_large", str(e))
             except BadRequest as e:
-                return err(400, "bad_batch" if path == "/v1/train_step" else "bad_request", str(e))
+                return err(400, "bad_batch" if path in ("/v1/train_step", "/v1/warm_step") else "bad_request", str(e))
             except Invalid as e:
                 return err(422, "invalid", f"{path.removeprefix('/v1/')}: {e}")
             except Exception as e:  # a trainer fault, not the caller's: infra

@@ -90,6 +90,11 @@ class Trainer:
         self.model_dir = model_dir
         self.step = 0
         self.version = 0
+        # The warm start (warm_step): steps taken, and its own AdamW moments
+        # while it runs (None outside it). docs/protocols.md, "Trainer
+        # protocol: the warm start".
+        self.warm_done = 0
+        self.warm_moments = None
         self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         mdt = torch.float64 if optim.moment_dtype == "float64" else torch.float32
         self.m = [torch.zeros_like(p, dtype=mdt) for _, p in self.params]
@@ -165,17 +170,27 @@ class Trainer:
             w[j, 0] = weight[idx[j]]
         dev = self.device
         toks, mask, adv, old, ref, w = (t.to(dev) for t in (toks, mask, adv, old, ref, w))
-        logits = self.model(toks)[:, :-1]  # position t-1 predicts token t
+        # Only positions whose next token is trained get the head: with
+        # chat prompts most are prompt positions, and the head over a
+        # 150k-token vocabulary is most of the step (the Go trainer skips
+        # them too). sel[j, t] says token t+1 of row j is trained.
+        sel = mask[:, 1:]
+        pred = torch.zeros_like(mask)
+        pred[:, :-1] = sel
+        if getattr(self.model, "selects", False):
+            logits = self.model(toks, select=pred)  # [N, V], rows in sel's order
+        else:
+            logits = self.model(toks)[pred]
         logp = torch.log_softmax(logits.float(), dim=-1)
-        lp = logp.gather(-1, toks[:, 1:, None]).squeeze(-1).double()
-        m = mask[:, 1:]
+        lp = logp.gather(-1, toks[:, 1:][sel][:, None]).squeeze(-1).double()
+        wt = w.expand(B, T)[:, 1:][sel]
         if b.loss == "sft":
             tl = -lp
-            clipped_lo = clipped_hi = torch.zeros_like(m)
+            clipped_lo = clipped_hi = torch.zeros_like(lp, dtype=torch.bool)
             kl = torch.zeros_like(lp)
         else:
-            a = adv[:, 1:].double()
-            r = torch.exp(lp - old[:, 1:].double())
+            a = adv[:, 1:][sel].double()
+            r = torch.exp(lp - old[:, 1:][sel].double())
             rc = r.clamp(1 - self.lc.clip_low, 1 + self.lc.clip_high)
             u, v = -a * r, -a * rc
             clipped = v > u
@@ -183,19 +198,18 @@ class Trainer:
             clipped_lo, clipped_hi = clipped & (r < 1), clipped & (r > 1)
             kl = torch.zeros_like(lp)
             if self.lc.kl_coef != 0:
-                delta = ref[:, 1:].double() - lp
+                delta = ref[:, 1:][sel].double() - lp
                 kl = torch.exp(delta) - delta - 1
                 tl = tl + self.lc.kl_coef * kl
-        tl = torch.where(m, tl * w, torch.zeros_like(tl))
-        loss = tl.sum()
+        loss = (tl * wt).sum()
         (loss * self.loss_scale if self.loss_scale != 1 else loss).backward()
         with torch.no_grad():
             ent = -(logp.exp() * logp).sum(-1)
             acc["loss"] += float(loss)
-            acc["clip_lo"] += int((clipped_lo & m).sum())
-            acc["clip_hi"] += int((clipped_hi & m).sum())
-            acc["kl"] += float(torch.where(m, kl, torch.zeros_like(kl)).sum())
-            acc["entropy"] += float(torch.where(m, ent.double(), torch.zeros_like(lp)).sum())
+            acc["clip_lo"] += int(clipped_lo.sum())
+            acc["clip_hi"] += int(clipped_hi.sum())
+            acc["kl"] += float(kl.sum())
+            acc["entropy"] += float(ent.double().sum())
 
     def train_step(self, b):
         grads, acc, tokens = self.gradients(b)
@@ -212,6 +226,37 @@ class Trainer:
         return {"step": self.step, "version": self.version, "loss": acc["loss"], "grad_norm": norm, "lr": lr,
                 "clip_frac": clip / tokens, "clip_frac_low": acc["clip_lo"] / tokens, "clip_frac_high": acc["clip_hi"] / tokens,
                 "kl": acc["kl"] / tokens, "entropy": acc["entropy"] / tokens, "tokens": tokens}
+
+    def warm_step(self, b, w):
+        """One supervised warm-start step (b.loss must be 'sft'): the model's
+        weights move, the RL state does not (step, version and the RL moments
+        stay). The warm start has an AdamW of its own, fresh at index 0, with
+        a constant learning rate w.lr after w.warmup_steps of linear warmup,
+        exactly as the in-process warm start makes a second trainer over the
+        same weights (internal/runner/warmstart.go). The caller checked the
+        fence (index == warm_done, step == 0)."""
+        if b.loss != "sft":
+            raise Invalid(f"warm_step: loss {b.loss!r}, want 'sft'")
+        if w.index == 0:
+            mdt = self.m[0].dtype if self.m else torch.float64
+            self.warm_moments = ([torch.zeros_like(p, dtype=mdt) for _, p in self.params],
+                                 [torch.zeros_like(p, dtype=mdt) for _, p in self.params])
+        oc = OptimConfig(lr=w.lr, min_lr=w.lr, warmup_steps=w.warmup_steps, total_steps=w.steps, schedule="constant",
+                         weight_decay=self.oc.weight_decay, beta1=self.oc.beta1, beta2=self.oc.beta2, eps=self.oc.eps,
+                         grad_clip=self.oc.grad_clip, moment_dtype=self.oc.moment_dtype)
+        saved = (self.step, self.version, self.m, self.v, self.oc)
+        self.step, self.version, self.oc = w.index, 0, oc
+        self.m, self.v = self.warm_moments
+        try:
+            stats = self.train_step(b)
+        finally:
+            self.warm_moments = (self.m, self.v)
+            self.step, self.version, self.m, self.v, self.oc = saved
+        self.warm_done = w.index + 1
+        if self.warm_done >= w.steps:
+            self.warm_moments = None  # the warm start is over: its optimizer goes
+        stats.update(step=self.step, version=self.version, warm_step=self.warm_done, warm_steps=w.steps)
+        return stats
 
     def gradients(self, b):
         """Leaves the summed gradient of the batch loss in each p.grad (all
@@ -368,6 +413,9 @@ class Trainer:
         pr = meta["python_rng"]
         random.setstate((pr[0], tuple(pr[1]), pr[2]))
         self.step, self.version = int(meta["step"]), int(meta["version"])
+        # A checkpoint is taken after the warm start (checkpoint 0): loading
+        # one ends any warm start in progress.
+        self.warm_done, self.warm_moments = 0, None
 
     @torch.no_grad()
     def _restore(self, d, w, opt):

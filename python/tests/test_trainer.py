@@ -234,3 +234,36 @@ class FSDPGuardTest(unittest.TestCase):
         self.assertEqual(_clean("_fsdp_wrapped_module.inner.lm_head.weight", known), "lm_head.weight")
         with self.assertRaises(ValueError):
             _clean("_fsdp_wrapped_module.other.weight", known)
+
+
+class WarmStepTest(unittest.TestCase):
+    def test_warm_step_is_a_second_optimizer_over_the_same_weights(self):
+        """warm_step moves the weights as a fresh trainer with the warm
+        start's optimizer (constant lr, its warmup) would, bit for bit, and
+        leaves the RL state (step, version, moments) as it was."""
+        from longhaul_trainer.batch import Warm
+        d = tiny_dir()
+        a = make_trainer(d)
+        rl_m = [m.clone() for m in a.m]
+        ref = make_trainer(d, lr=5e-3, warmup_steps=2)
+        for i in range(3):
+            st_a = a.warm_step(batch(30 + i, loss="sft"), Warm(i, 3, 5e-3, 2))
+            st_r = ref.train_step(batch(30 + i, loss="sft"))
+            self.assertEqual((st_a["loss"], st_a["grad_norm"], st_a["lr"]), (st_r["loss"], st_r["grad_norm"], st_r["lr"]))
+            self.assertEqual((st_a["step"], st_a["version"], st_a["warm_step"]), (0, 0, i + 1))
+        for n, p in a.model.named_parameters():
+            self.assertTrue(torch.equal(p, dict(ref.model.named_parameters())[n]), n)
+        self.assertEqual((a.step, a.version, a.warm_done, a.warm_moments), (0, 0, 3, None))
+        for x, y in zip(a.m, rl_m):
+            self.assertTrue(torch.equal(x, y))
+
+    def test_warm_payload_errors_name_the_field(self):
+        p = wire.encode_warm(rows(3), 0, 4, 1e-3, 2)
+        b, w = wire.decode_warm(p)
+        self.assertEqual((b.loss, w.index, w.steps, w.lr, w.warmup_steps), ("sft", 0, 4, 1e-3, 2))
+        meta, ts = st.decode(p)
+        for field, val in [("warm_index", "-1"), ("warm_index", "4"), ("warm_steps", "x"), ("lr", "0"), ("lr", "nan"),
+                           ("warmup_steps", ""), ("loss", "pg")]:
+            m2 = dict(meta, **{field: val})
+            with self.assertRaisesRegex(BadRequest, field):
+                wire.decode_warm(st.encode(ts, m2))

@@ -153,6 +153,16 @@ func TestLlamaAgreement(t *testing.T) {
 			t.Fatalf("step %d: Go %+v, PyTorch %+v", k+1, gs, ps)
 		}
 	}
+	hfExportsAgree(ctx, t, "after 3 steps", goT, py)
+}
+
+// hfExportsAgree exports both trainers' weights in HF layout and requires
+// them equal to 1e-5 relative per tensor (longhaul_trainer.gomodel
+// compare-hf); what names the point in the log.
+func hfExportsAgree(ctx context.Context, t *testing.T, what string, goT, py interface {
+	ExportWeights(context.Context, string) error
+}) {
+	t.Helper()
 	root := t.TempDir()
 	goOut, pyOut := filepath.Join(root, "go"), filepath.Join(root, "py")
 	for _, d := range []string{goOut, pyOut} {
@@ -179,7 +189,7 @@ func TestLlamaAgreement(t *testing.T) {
 	if err := json.Unmarshal(out, &cmp); err != nil || cmp.Error != "" {
 		t.Fatalf("compare output %q: %v", out, err)
 	}
-	t.Logf("weights after 3 steps: max relative difference %.3g (%s), max absolute %.3g", cmp.MaxRel, cmp.Worst, cmp.MaxAbs)
+	t.Logf("weights %s: max relative difference %.3g (%s), max absolute %.3g", what, cmp.MaxRel, cmp.Worst, cmp.MaxAbs)
 	if cmp.MaxRel > 1e-5 {
 		t.Fatalf("weights differ: %+v", cmp)
 	}

@@ -6,7 +6,6 @@
 package threeproc
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,11 +23,14 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/internal/crashtest"
+	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
-// The run: the ledger task, deterministic mode, 4 steps of 2 groups of 4,
+// The run: the ledger task, deterministic mode, a warm start of 10 steps
+// of 4 demonstrations through the trainer protocol, 4 steps of 2 groups of 4,
 // a checkpoint every other step (a kill rewinds up to two steps). The model is biased towards digits
 // (bias_digits.py) and answers one token per turn, so some answers are
 // right, rewards differ within a group and the loss gradient is not zero;
@@ -36,12 +39,15 @@ import (
 // last, and a step applied twice or lost shows in the weights and in every
 // later logprob.
 var runArgs = []string{
-	"compaction.enabled=false", "warmstart.enabled=false", "run.max_steps=4", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4",
+	"compaction.enabled=false", "warmstart.steps=10", "warmstart.batch_size=4", "warmstart.lr=1e-2", "run.max_steps=4", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4",
 	"sampling.max_tokens_per_call=1", "rollout.max_turns=2", "checkpointing.save_period=2", "checkpointing.keep_last_k=2",
 	"optim.lr=0.01", "optim.weight_decay=0.5", "optim.warmup_steps=0", "optim.schedule=constant",
 	// A restarted server or trainer is back in seconds; calls wait it out.
 	"rollout_failure.backoff_base_s=0.1", "rollout_failure.backoff_cap_s=0.5",
 }
+
+// warmSteps is runArgs' warmstart.steps.
+const warmSteps = 10
 
 // The PyTorch trainer's flags for the same optimizer and loss as the
 // config (docs/config.md defaults plus runArgs).
@@ -51,59 +57,82 @@ var trainerFlags = []string{"--threads", "1", "--device", "cpu", "--lr", "0.01",
 
 type setup struct {
 	py, bin, model, cfg string
+	args                []string      // the run's config overrides
+	flags               []string      // the PyTorch trainer's optimizer and loss flags (the same settings)
+	limit               time.Duration // a run's wall-time limit (0: 4 minutes)
 }
 
-func (s setup) server(t *testing.T, out *lockedBuffer, port int, allow string) *proc {
+func (s setup) server(t *testing.T, out *proctest.Buffer, port int, allow string) *proctest.Proc {
 	t.Helper()
-	p := launch(t, "server", out, nil, s.bin, "serve", "--model", s.model, "--port", fmt.Sprint(port), "--allow-path", allow)
+	p := proctest.Launch(t, "server", out, nil, s.bin, "serve", "--model", s.model, "--port", fmt.Sprint(port), "--allow-path", allow)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := waitHealthy(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/health", port)); err != nil {
+	if err := p.WaitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", port)); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func (s setup) trainer(t *testing.T, out *lockedBuffer, port int) *proc {
+func (s setup) trainer(t *testing.T, out *proctest.Buffer, port int) *proctest.Proc {
 	t.Helper()
 	env := []string{"PYTHONPATH=" + filepath.Join(root(), "python"), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1"}
-	p := launch(t, "trainer", out, env, append([]string{s.py, "-m", "longhaul_trainer", "--model", s.model, "--port", fmt.Sprint(port)}, trainerFlags...)...)
+	p := proctest.Launch(t, "trainer", out, env, append([]string{s.py, "-m", "longhaul_trainer", "--model", s.model, "--port", fmt.Sprint(port)}, s.flags...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := waitHealthy(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/health", port)); err != nil {
+	if err := p.WaitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", port)); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func (s setup) controller(t *testing.T, out *lockedBuffer, dir string, extra ...string) *proc {
+func (s setup) controller(t *testing.T, out *proctest.Buffer, dir string, extra ...string) *proctest.Proc {
 	t.Helper()
 	args := append([]string{s.bin, "train", "--config", s.cfg, "--run-dir", dir, "--no-progress", "--log-level", "warn",
-		"model.path=" + s.model}, runArgs...)
-	return launch(t, "controller", out, nil, append(args, extra...)...)
+		"model.path=" + s.model}, s.args...)
+	return proctest.Launch(t, "controller", out, nil, append(args, extra...)...)
 }
 
 // kill is one scheduled SIGKILL: which process, how long after the
-// previous kill (or the start).
+// previous kill (or the start), and, when warm[1] > 0, only while the
+// trainer's warm start is between steps warm[0] and warm[1] (excluded).
 type kill struct {
 	who   string
 	after time.Duration
+	warm  [2]int
+}
+
+// trainerWarm reads the trainer's warm-start steps and RL step.
+func trainerWarm(port int) (warm int, step int64, err error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/state", port))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Step     int64 `json:"step"`
+		WarmStep int   `json:"warm_step"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, 0, err
+	}
+	return st.WarmStep, st.Step, nil
 }
 
 // runThree runs the three processes until the controller finishes the run
 // in dir, delivering kills in order; a killed server or trainer is started
 // again at once on its port (the server from the original directory, at
 // version 0: the controller brings it to the current version), a killed
-// controller resumes the run. It returns the kills that landed.
+// controller resumes the run. It returns the kills that landed (the run may end before all have:
+// the caller compares it, then fails).
 func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string, took time.Duration) {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &proctest.Buffer{}
 	defer func() {
 		if t.Failed() {
-			t.Logf("process output:\n%s", tail(out.String(), 12000))
+			t.Logf("process output:\n%s", proctest.Tail(out.String(), 12000))
 		}
 	}()
-	sport, tport := freePort(t), freePort(t)
+	sport, tport := proctest.FreePort(t), proctest.FreePort(t)
 	start := time.Now()
 	srv := s.server(t, out, sport, filepath.Dir(dir))
 	tr := s.trainer(t, out, tport)
@@ -112,7 +141,11 @@ func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string
 	ctrl := s.controller(t, out, dir, urls...)
 	otherKilled := false // since the controller started
 	restarts := 0
-	deadline := time.After(4 * time.Minute)
+	limit := s.limit
+	if limit == 0 {
+		limit = 4 * time.Minute
+	}
+	deadline := time.After(limit)
 	next := func() <-chan time.Time {
 		if len(landed) < len(kills) {
 			return time.After(kills[len(landed)].after)
@@ -122,45 +155,63 @@ func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string
 	timer := next()
 	for {
 		select {
-		case <-ctrl.done:
-			if ctrl.err == nil {
-				if len(landed) < len(kills) {
-					t.Fatalf("the run finished after %d of %d kills (%v): make it longer", len(landed), len(kills), landed)
-				}
-				return landed, time.Since(start)
+		case <-ctrl.Done:
+			if ctrl.Err == nil {
+				// A run that ended before all its kills landed is still
+				// returned: the caller compares it first, then fails.
+				took := time.Since(start)
+				srv.Kill() // done with: their CPU goes to the next run
+				tr.Kill()
+				return landed, took
 			}
 			// A trainer that came back at another step fails the
 			// controller's step (remote.RestartedError); it is restarted
 			// like a killed one and resumes from its checkpoint.
 			if !otherKilled || restarts >= 8 {
-				t.Fatalf("controller failed: %v\n%s", ctrl.err, tail(out.String(), 6000))
+				t.Fatalf("controller failed: %v\n%s", ctrl.Err, proctest.Tail(out.String(), 6000))
 			}
 			restarts++
 			otherKilled = false
-			t.Logf("controller exited after a kill of another process (restarted): %v: %s", ctrl.err, lastLine(out.String(), "longhaul:"))
+			t.Logf("controller exited after a kill of another process (restarted): %v: %s", ctrl.Err, proctest.LastLine(out.String(), "longhaul:"))
 			ctrl = s.controller(t, out, dir, urls...)
 		case <-timer:
 			k := kills[len(landed)]
+			if k.warm[1] > 0 {
+				// A kill during the warm start: once the trainer has taken
+				// warm[0] of its steps and fewer than warm[1].
+				w, step, err := trainerWarm(tport)
+				if err == nil && (step != 0 || w >= k.warm[1]) {
+					t.Fatalf("the warm start got past warm step %d (at %d, RL step %d) before the kill of the %s: make it longer", k.warm[1], w, step, k.who)
+				}
+				if err != nil || w < k.warm[0] {
+					timer = time.After(20 * time.Millisecond)
+					continue
+				}
+			}
 			switch k.who {
 			case "controller":
-				if !ctrl.kill() {
+				if !ctrl.Kill() {
 					continue // it is exiting on its own; the case above takes it
 				}
 				otherKilled = false
 				ctrl = s.controller(t, out, dir, urls...)
 			case "server":
-				srv.kill()
+				srv.Kill()
 				otherKilled = true
 				srv = s.server(t, out, sport, filepath.Dir(dir))
 			case "trainer":
-				tr.kill()
+				tr.Kill()
 				otherKilled = true
 				tr = s.trainer(t, out, tport)
 			}
-			landed = append(landed, fmt.Sprintf("%s after %s (step %d logged)", k.who, k.after.Round(time.Millisecond), countLines(filepath.Join(dir, "metrics.jsonl"))))
+			at := fmt.Sprintf("step %d logged", proctest.CountLines(filepath.Join(dir, "metrics.jsonl")))
+			if k.warm[1] > 0 {
+				at = fmt.Sprintf("during the warm start, after warm step %d", k.warm[0])
+			}
+			landed = append(landed, fmt.Sprintf("%s after %s (%s)", k.who, k.after.Round(time.Millisecond), at))
 			timer = next()
 		case <-deadline:
-			t.Fatalf("the run did not finish in 4 minutes (kills %v)", landed)
+			t.Fatalf("the run did not finish in %v (kills %v)", limit, landed)
 		}
 	}
 }
@@ -181,7 +232,8 @@ func schedule(seed uint64, ref time.Duration) []kill {
 func TestThreeProcessesPyTorchKilled(t *testing.T) {
 	py, tokDir, bin := need(t)
 	work := t.TempDir()
-	s := setup{py: py, bin: bin, model: filepath.Join(work, "qwen3-tiny"), cfg: filepath.Join(root(), "examples", "ledger-tiny.yaml")}
+	s := setup{py: py, bin: bin, model: filepath.Join(work, "qwen3-tiny"), cfg: filepath.Join(root(), "examples", "ledger-tiny.yaml"),
+		args: runArgs, flags: trainerFlags}
 	if out, err := exec.Command(bin, "init-model", "--family", "qwen3", "--layers", "1", "--hidden", "16", "--heads", "2",
 		"--kv-heads", "1", "--untied", "--tokenizer", tokDir, "--out", s.model).CombinedOutput(); err != nil {
 		t.Fatalf("init-model: %v\n%s", err, out)
@@ -230,7 +282,12 @@ func TestThreeProcessesPyTorchKilled(t *testing.T) {
 	}
 
 	killed := filepath.Join(work, "runs", "killed")
-	landed, took2 := s.runThree(t, killed, schedule(seed, took))
+	// The controller and then the trainer are killed during the warm
+	// start (the controller resumes it where the trainer is; the restarted
+	// trainer is at warm step 0 and the warm start is done again), then
+	// each process once at a seeded moment.
+	kills := append([]kill{{who: "controller", warm: [2]int{2, warmSteps}}, {who: "trainer", warm: [2]int{4, warmSteps}}}, schedule(seed, took)...)
+	landed, took2 := s.runThree(t, killed, kills)
 	t.Logf("killed run (seed %d): %s; kills: %s", seed, took2.Round(time.Millisecond), strings.Join(landed, "; "))
 	got, err := crashtest.Summarize(context.Background(), killed)
 	if err != nil {
@@ -238,6 +295,9 @@ func TestThreeProcessesPyTorchKilled(t *testing.T) {
 	}
 	if d := crashtest.Compare(want, got); d != "" {
 		t.Fatalf("the killed three-process run differs from the uninterrupted one: %s", d)
+	}
+	if len(landed) < len(kills) {
+		t.Fatalf("the run finished after %d of %d kills (%v): make it longer", len(landed), len(kills), landed)
 	}
 	t.Logf("identical: %d steps, %d calls, calls %s, weights %s", got.Steps, got.Calls, got.CallsSHA256[:16], got.WeightsSHA256[:16])
 
@@ -310,47 +370,27 @@ func keys(m map[int64]string) []int64 {
 	return ks
 }
 
-type stepMetrics struct {
-	Step            int64   `json:"step"`
-	RewardMean      float64 `json:"reward_mean"`
-	SuccessRate     float64 `json:"success_rate"`
-	GeneratedTokens int64   `json:"generated_tokens"`
-	Calls           int64   `json:"calls"`
-	Loss            float64 `json:"loss"`
-	GradNorm        float64 `json:"grad_norm"`
-}
-
-func readMetrics(t *testing.T, dir string) []stepMetrics {
+// readMetrics reads the run's metrics.jsonl.
+func readMetrics(t *testing.T, dir string) []metrics.Step {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	ms, err := metrics.Read(filepath.Join(dir, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []stepMetrics
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var m stepMetrics
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
+	return ms
 }
 
 // compareInProcess relates the three-process run to the in-process one.
-// Version 0 is the same weights file served by the same Go sampler with
-// the same seeds, so its calls must be identical; later versions come from
+// Both warm-start the same weights on the same demonstrations, but with
 // different trainers (PyTorch and Go agree to ~1e-6, not bit for bit), so
-// their calls, rewards and final weights may differ: they are reported,
-// with the per-step metrics side by side, not required equal.
+// from version 0 on their calls, rewards and weights may differ: they are
+// reported, with the per-step metrics side by side, not required equal
+// (TestThreeProcessesLearn compares what the runs learn).
 func compareInProcess(t *testing.T, three, inproc string) {
 	t.Helper()
 	a, b := callDigests(t, three), callDigests(t, inproc)
-	if a[0] == "" || a[0] != b[0] {
-		t.Fatalf("version-0 calls differ: three-process %q, in-process %q", a[0], b[0])
+	if a[0] == "" || b[0] == "" {
+		t.Fatalf("no version-0 calls: three-process %q, in-process %q", a[0], b[0])
 	}
 	same := 0
 	for _, v := range keys(a) {

@@ -276,6 +276,12 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 			// call could find it away.
 			err = fmt.Errorf("%w (%w): %s", ErrStepConflict, train.ErrStateLost, msg)
 		}
+		if resp.StatusCode == http.StatusConflict && e.Error.Code == "warm_conflict" {
+			err = fmt.Errorf("%w: %s", ErrWarmConflict, msg)
+		}
+		if resp.StatusCode == http.StatusConflict && e.Error.Code == "warm_after_rl" {
+			err = fmt.Errorf("%w: %s", ErrWarmAfterRL, msg)
+		}
 		return &Error{Class: class, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
 	}
 	if err := json.Unmarshal(raw, out); err != nil {

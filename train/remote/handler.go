@@ -54,6 +54,7 @@ func NewHandler(t train.Trainer, opts HandlerOptions) http.Handler {
 	h := &handler{t: t, opts: opts, turn: make(chan struct{}, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/train_step", h.trainStep)
+	mux.HandleFunc("POST /v1/warm_step", h.warmStep) // warm.go
 	mux.HandleFunc("POST /v1/save_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.SaveCheckpoint(ctx, a) }, "dir", h.emptyDir))
 	mux.HandleFunc("POST /v1/load_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.LoadCheckpoint(ctx, a) }, "dir", h.allowed))
 	mux.HandleFunc("POST /v1/export_weights", h.dirCall(func(ctx context.Context, a string) error { return t.ExportWeights(ctx, a) }, "path", h.weightsTarget))
@@ -117,22 +118,37 @@ func (h *handler) fail(w http.ResponseWriter, op string, err error) {
 	}
 }
 
-func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
+// readBatch reads a batch payload, decodes it and validates the batch,
+// then waits for the trainer's turn; false means it has answered (400,
+// 413, or the request gave up), true that the caller holds the turn.
+func (h *handler) readBatch(w http.ResponseWriter, r *http.Request, op string, decode func([]byte) (train.Batch, error)) (train.Batch, bool) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		h.fail(w, "read batch", err)
-		return
+		return train.Batch{}, false
 	}
-	b, expect, err := decodeBatch(body)
+	b, err := decode(body)
 	if err == nil {
 		err = train.ValidateBatch(b)
 	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, "bad_batch", err.Error())
-		return
+		return train.Batch{}, false
 	}
 	if err := h.acquire(r.Context()); err != nil {
-		h.fail(w, "train_step", err)
+		h.fail(w, op, err)
+		return train.Batch{}, false
+	}
+	return b, true
+}
+
+func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
+	var expect int64
+	b, ok := h.readBatch(w, r, "train_step", func(p []byte) (b train.Batch, err error) {
+		b, expect, err = decodeBatch(p)
+		return b, err
+	})
+	if !ok {
 		return
 	}
 	defer h.release()
@@ -203,7 +219,11 @@ func (h *handler) state(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, "state", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wireState{Step: st.Step, Version: st.Version})
+	ws := wireState{Step: st.Step, Version: st.Version}
+	if wt, ok := h.t.(Warmer); ok {
+		ws.WarmStep = wt.WarmDone()
+	}
+	writeJSON(w, http.StatusOK, ws)
 }
 
 type errBody struct {
@@ -228,6 +248,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 type wireState struct {
 	Step    int64 `json:"step"`
 	Version int64 `json:"version"`
+	// WarmStep is the number of warm-start steps taken (warm.go); a
+	// trainer without warm steps omits it.
+	WarmStep int `json:"warm_step,omitempty"`
 }
 
 // wireStats is StepStats on the wire. Floats go through jfloat because a

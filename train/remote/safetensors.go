@@ -136,6 +136,16 @@ func decodeSafetensors(b []byte) (map[string]string, map[string]tensor, error) {
 
 // encodeBatch pads rows to the longest one.
 func encodeBatch(b train.Batch, expectStep int64) ([]byte, error) {
+	meta := map[string]string{}
+	if expectStep >= 0 {
+		meta["expect_step"] = strconv.FormatInt(expectStep, 10)
+	}
+	return encodeBatchMeta(b, meta)
+}
+
+// encodeBatchMeta is encodeBatch with more __metadata__ (loss and
+// microbatches are added to meta).
+func encodeBatchMeta(b train.Batch, meta map[string]string) ([]byte, error) {
 	r, t := len(b.Rows), 0
 	for i, row := range b.Rows {
 		if len(row.Mask) != len(row.Tokens) || len(row.Advantages) != len(row.Tokens) || len(row.OldLogprobs) != len(row.Tokens) {
@@ -161,10 +171,7 @@ func encodeBatch(b train.Batch, expectStep int64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("microbatches: %w", err)
 	}
-	meta := map[string]string{"loss": b.Loss, "microbatches": string(mb)}
-	if expectStep >= 0 {
-		meta["expect_step"] = strconv.FormatInt(expectStep, 10)
-	}
+	meta["loss"], meta["microbatches"] = b.Loss, string(mb)
 	// Tensor names and layout: docs/serving.md, "Trainer protocol".
 	return encodeSafetensors(meta, []string{"tokens", "mask", "advantages", "old_logprobs", "lengths"}, map[string]tensor{
 		"tokens":       {"I32", []int{r, t}, tok},
@@ -177,10 +184,21 @@ func encodeBatch(b train.Batch, expectStep int64) ([]byte, error) {
 
 // decodeBatch returns the batch and the expected step (-1 when not given).
 func decodeBatch(p []byte) (train.Batch, int64, error) {
+	b, expect, _, err := decodeBatchMeta(p)
+	return b, expect, err
+}
+
+// decodeBatchMeta is decodeBatch that also returns the __metadata__.
+func decodeBatchMeta(p []byte) (train.Batch, int64, map[string]string, error) {
 	meta, ts, err := decodeSafetensors(p)
 	if err != nil {
-		return train.Batch{}, -1, err
+		return train.Batch{}, -1, nil, err
 	}
+	b, expect, err := batchOf(meta, ts)
+	return b, expect, meta, err
+}
+
+func batchOf(meta map[string]string, ts map[string]tensor) (train.Batch, int64, error) {
 	want := map[string]string{"tokens": "I32", "mask": "U8", "advantages": "F32", "old_logprobs": "F32", "lengths": "I32"}
 	for name, dt := range want {
 		got, ok := ts[name]
@@ -224,6 +242,7 @@ func decodeBatch(p []byte) (train.Batch, int64, error) {
 	}
 	expect := int64(-1)
 	if s, ok := meta["expect_step"]; ok {
+		var err error
 		if expect, err = strconv.ParseInt(s, 10, 64); err != nil || expect < 0 {
 			return train.Batch{}, -1, fmt.Errorf("expect_step %q: want a non-negative integer", s)
 		}
