@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/internal/proctest"
 	"github.com/longhaul-rl/longhaul/internal/race"
 )
 
@@ -34,7 +35,7 @@ func TestHFModelLearns(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	cfg := filepath.Join(root, "examples", "qwen3-guess.yaml")
-	port := freePort(t) // longhaul serve --model's, for the trained run
+	port := proctest.FreePort(t) // longhaul serve --model's, for the trained run
 	run := func(name string, args ...string) []metrics.Step {
 		dir := filepath.Join(t.TempDir(), name)
 		train(t, bin, cfg, dir, append([]string{"model.path=" + modelDir}, args...)...)
