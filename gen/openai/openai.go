@@ -542,7 +542,8 @@ func (c *Client) post(ctx context.Context, b *backend, route string, body []byte
 		if ctx.Err() != nil || isInfra(err) {
 			return nil, true, infra(resp.StatusCode, fmt.Errorf("read response: %w", err))
 		}
-		// A body cut short of its Content-Length is a broken answer.
+		// Any other read error (e.g. a body over a broken chunked encoding)
+		// is a broken answer; a body cut short is infra (isInfra).
 		return nil, true, dataErr(b.url, resp.StatusCode, "read response: %w", err)
 	}
 	if int64(len(raw)) > c.opts.MaxResponseBytes {

@@ -10,6 +10,7 @@ package failclass
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 )
@@ -37,9 +38,10 @@ func Status(code int) string {
 }
 
 // IsInfra reports whether err is a transport failure: a deadline, a
-// cancellation, or a network error.
+// cancellation, a network error, or an answer cut short of its length
+// (what a client reads when the server is killed mid-answer).
 func IsInfra(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
 	var ne net.Error

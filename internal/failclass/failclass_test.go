@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"testing"
 )
@@ -24,7 +25,9 @@ func TestIsInfra(t *testing.T) {
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), true},
 		{context.Canceled, true},
 		{&net.OpError{Op: "dial", Err: errors.New("refused")}, true},
+		{fmt.Errorf("read answer: %w", io.ErrUnexpectedEOF), true},
 		{errors.New("bad json"), false},
+		{io.EOF, false},
 	} {
 		if got := IsInfra(tc.err); got != tc.want {
 			t.Errorf("IsInfra(%v) = %v", tc.err, got)

@@ -254,7 +254,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		class := ClassData // a body cut short of its length is a broken answer
+		class := ClassData // a broken answer, unless cut short (a killed trainer): infra
 		if ctx.Err() != nil || ClassOf(err) == ClassInfra {
 			class = ClassInfra
 		}

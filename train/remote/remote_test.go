@@ -242,6 +242,16 @@ func TestErrorMapping(t *testing.T) {
 		check(fmt.Sprintf("%d %s", tc.status, tc.body), err, tc.class, tc.status)
 		srv.Close()
 	}
+
+	// An answer cut short of its length is what a trainer killed
+	// mid-answer leaves: infra, not a broken answer.
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", "500")
+		_, _ = w.Write([]byte(`{"step": 1, "ver`))
+	}))
+	defer cut.Close()
+	_, err = New(cut.URL, Options{MaxOutage: 100 * time.Millisecond, MinBackoff: 10 * time.Millisecond}).State(ctx)
+	check("cut short", err, ClassInfra, 200)
 }
 
 func TestSafetensorsLayout(t *testing.T) {
