@@ -173,14 +173,15 @@ func accounting(t *testing.T, dir string, maxSteps int64) (trained, dropped int)
 }
 
 // TestInfraFaultsAreRetried is case (a): HTTP 500, 503, 429, 408, calls
-// held past the call timeout and reset connections, on about one
+// held past the call timeout, reset connections and answers cut short of
+// their length (a server killed mid-answer), on about one
 // completion in eight. Each is an infra failure: the rollout is retried
 // with backoff, resuming from its logged calls, and with a budget that
 // suffices no group is dropped and the run trains every step in full.
 func TestInfraFaultsAreRetried(t *testing.T) {
 	bin := binary(t)
 	infra := []faultproxy.Fault{faultproxy.Status500, faultproxy.Status503, faultproxy.Status429,
-		faultproxy.Status408, faultproxy.Timeout, faultproxy.Reset}
+		faultproxy.Status408, faultproxy.Timeout, faultproxy.Reset, faultproxy.Truncated}
 	r := runWithFaults(t, bin, faultproxy.Cycle(8, infra...), "rollout_failure.max_infra_attempts=20",
 		"rollout_failure.max_data_attempts=1")
 	fs := rolloutFailures(t, r.dir)
@@ -211,7 +212,7 @@ func TestInfraFaultsAreRetried(t *testing.T) {
 	checkNoCallTwice(t, r.dir)
 }
 
-// TestDataFaultsAreRetriedThenDropped is case (b): malformed, truncated and
+// TestDataFaultsAreRetriedThenDropped is case (b): malformed and
 // wrong-length-logprobs answers. A random few are data failures retried
 // within max_data_attempts; two prompts are broken on every try, so the
 // rollouts that send them exhaust the data budget and their groups are
@@ -219,7 +220,7 @@ func TestInfraFaultsAreRetried(t *testing.T) {
 // on_dropped_prompt, and the run still finishes.
 func TestDataFaultsAreRetriedThenDropped(t *testing.T) {
 	bin := binary(t)
-	data := []faultproxy.Fault{faultproxy.Malformed, faultproxy.Truncated, faultproxy.ShortLogprobs}
+	data := []faultproxy.Fault{faultproxy.Malformed, faultproxy.ShortLogprobs}
 	for _, policy := range []string{"shrink", "replace"} {
 		t.Run(policy, func(t *testing.T) {
 			plan := faultproxy.FirstOf(
