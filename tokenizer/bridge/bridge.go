@@ -180,6 +180,12 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 	start, ok := newStart(h, f, b.stops, reused(fEnc))
 	var t Turn
 	switch {
+	case !ok && known+lcp(rec[known:], f[known:]) == len(rec):
+		// The render of the history alone does not line up with f (Qwen3
+		// renders an empty last reply with an empty <think> block only
+		// while it is last), but f continues the record exactly: no
+		// divergence, so no boundary in either mode.
+		t.Prompt = append(rec, f[len(rec):]...)
 	case ok:
 		appended := append(rec, f[start:]...)
 		if p := known + lcp(appended[known:], f[known:]); p != len(appended) || p != len(f) {

@@ -207,3 +207,37 @@ func TestTwentyTurnsTokenExact(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyReplyNoBoundary: a model that answers with only its stop token
+// leaves an empty assistant message, which Qwen3 renders with an empty
+// <think> block while it is the last turn and without one once a user
+// message follows. The next prompt still continues the record exactly, so
+// neither mode may report a divergence (rerender used to declare a boundary
+// that the segment builder then refused: "declared boundary without a
+// prefix break").
+func TestEmptyReplyNoBoundary(t *testing.T) {
+	c := loadChat(t, "qwen3")
+	for _, mode := range []History{Append, Rerender} {
+		t.Run(string(mode), func(t *testing.T) {
+			b, err := New(context.Background(), c, mode, tokenizer.RenderOptions{}, []tokenizer.Message{{Role: "user", Content: "Guess my number."}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := c.Tokenizer().Encode("<|im_end|>")
+			for i := 0; i < 3; i++ {
+				prev := append(slices.Clone(b.Prompt()), end...)
+				turn, err := b.Next(context.Background(), end, tokenizer.Message{Role: "assistant"},
+					[]tokenizer.Message{{Role: "user", Content: "?"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if turn.Boundary != nil || turn.Diverged != nil {
+					t.Fatalf("turn %d: boundary %v, diverged %v after an empty reply", i, turn.Boundary, turn.Diverged)
+				}
+				if !hasPrefix(turn.Prompt, prev) {
+					t.Fatalf("turn %d: the prompt does not continue the record + sample", i)
+				}
+			}
+		})
+	}
+}
