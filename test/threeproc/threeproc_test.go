@@ -207,6 +207,9 @@ func (s setup) runThree(t *testing.T, dir string, kills []kill) (landed []string
 			at := fmt.Sprintf("step %d logged", proctest.CountLines(filepath.Join(dir, "metrics.jsonl")))
 			if k.warm[1] > 0 {
 				at = fmt.Sprintf("during the warm start, after warm step %d", k.warm[0])
+				if k.warm[0] >= warmSteps {
+					at = "after the warm start, before RL step 1"
+				}
 			}
 			landed = append(landed, fmt.Sprintf("%s after %s (%s)", k.who, k.after.Round(time.Millisecond), at))
 			timer = next()
@@ -286,7 +289,11 @@ func TestThreeProcessesPyTorchKilled(t *testing.T) {
 	// start (the controller resumes it where the trainer is; the restarted
 	// trainer is at warm step 0 and the warm start is done again), then
 	// each process once at a seeded moment.
-	kills := append([]kill{{who: "controller", warm: [2]int{2, warmSteps}}, {who: "trainer", warm: [2]int{4, warmSteps}}}, schedule(seed, took)...)
+	// The third kill lands after the warm start and before RL step 1: the
+	// restarted trainer is at step 0 like the warm-started one, and only
+	// its warm count tells them apart (train/remote's warm fence).
+	kills := append([]kill{{who: "controller", warm: [2]int{2, warmSteps}}, {who: "trainer", warm: [2]int{4, warmSteps}},
+		{who: "trainer", warm: [2]int{warmSteps, warmSteps + 1}}}, schedule(seed, took)...)
 	landed, took2 := s.runThree(t, killed, kills)
 	t.Logf("killed run (seed %d): %s; kills: %s", seed, took2.Round(time.Millisecond), strings.Join(landed, "; "))
 	got, err := crashtest.Summarize(context.Background(), killed)

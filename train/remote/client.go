@@ -89,6 +89,11 @@ type Client struct {
 
 	mu    sync.Mutex
 	known int64 // the trainer's step as last reported, -1 before any report
+	// warm is the warm-start steps the trainer last confirmed while at RL
+	// step 0 (0: none). A trainer restarted after the warm start is also at
+	// step 0, with its weights from before the warm start: only its warm
+	// count tells it apart, so that count is fenced too until RL step 1.
+	warm int
 	// awaySince is when the trainer became unreachable (zero while it
 	// answers), awayErr the last failure: the stall watchdog's line.
 	awaySince time.Time
@@ -133,8 +138,15 @@ func (c *Client) setKnown(step int64) {
 // being applied twice.
 func (c *Client) TrainStep(ctx context.Context, b train.Batch) (train.StepStats, error) {
 	c.mu.Lock()
-	expect := c.known
+	expect, warm := c.known, c.warm
 	c.mu.Unlock()
+	if expect == 0 && warm > 0 {
+		// The first RL step after a warm start: the step fence alone would
+		// take a restarted trainer's un-warmed weights (also at step 0).
+		if err := c.checkStep(ctx, true); err != nil {
+			return train.StepStats{}, err
+		}
+	}
 	payload, err := encodeBatch(b, expect)
 	if err != nil {
 		return train.StepStats{}, &Error{Class: ClassData, Server: c.url, Err: fmt.Errorf("encode batch: %w", err)}
@@ -148,6 +160,9 @@ func (c *Client) TrainStep(ctx context.Context, b train.Batch) (train.StepStats,
 		return train.StepStats{}, err
 	}
 	c.setKnown(ws.Step)
+	c.mu.Lock()
+	c.warm = 0 // from here the step fence tells a restart apart
+	c.mu.Unlock()
 	return ws.stats(), nil
 }
 
@@ -172,6 +187,9 @@ func (c *Client) SaveCheckpoint(ctx context.Context, dir string) error {
 // LoadCheckpoint asks the trainer to restore the checkpoint in dir.
 func (c *Client) LoadCheckpoint(ctx context.Context, dir string) error {
 	c.setKnown(-1) // the step is whatever the checkpoint holds
+	c.mu.Lock()
+	c.warm = 0 // a checkpoint holds the warm start's result, if any
+	c.mu.Unlock()
 	return c.pathCall(ctx, "/v1/load_checkpoint", "dir", dir)
 }
 
@@ -210,7 +228,7 @@ func (c *Client) pathCall(ctx context.Context, route, field, val string) error {
 // the step the client last saw.
 func (c *Client) checkStep(ctx context.Context, fence bool) error {
 	c.mu.Lock()
-	want := c.known
+	want, warm := c.known, c.warm
 	c.mu.Unlock()
 	if !fence || want < 0 {
 		return nil
@@ -223,6 +241,9 @@ func (c *Client) checkStep(ctx context.Context, fence bool) error {
 	}
 	if s.Step != want {
 		return &RestartedError{Server: c.url, Want: want, Got: s.Step}
+	}
+	if want == 0 && warm > 0 && s.WarmStep != warm {
+		return &RestartedError{Server: c.url, Want: want, Got: s.Step, WantWarm: warm, GotWarm: s.WarmStep}
 	}
 	return nil
 }

@@ -27,9 +27,16 @@ var ErrTrainerRestarted = errors.New("trainer came back at a different step")
 type RestartedError struct {
 	Server    string
 	Want, Got int64
+	// WantWarm, GotWarm: warm-start steps, when the step matched but the
+	// warm start did not (a trainer restarted after its warm start).
+	WantWarm, GotWarm int
 }
 
 func (e *RestartedError) Error() string {
+	if e.WantWarm > 0 {
+		return fmt.Sprintf("remote trainer %s: %v: it has taken %d warm-start steps, the run expected %d (load the newest durable checkpoint into it, or warm-start it again)",
+			e.Server, ErrTrainerRestarted, e.GotWarm, e.WantWarm)
+	}
 	return fmt.Sprintf("remote trainer %s: %v: it is at step %d, the run expected %d (load the newest durable checkpoint into it and rewind)",
 		e.Server, ErrTrainerRestarted, e.Got, e.Want)
 }

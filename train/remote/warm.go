@@ -130,6 +130,9 @@ func (c *Client) WarmStep(ctx context.Context, s WarmSpec, b train.Batch) (WarmS
 	}); err != nil {
 		return WarmStats{}, err
 	}
+	c.mu.Lock()
+	c.known, c.warm = 0, w.WarmStep // a warm step is taken only at RL step 0
+	c.mu.Unlock()
 	return WarmStats{WarmStep: w.WarmStep, Loss: float64(w.Loss), GradNorm: float64(w.GradNorm), LR: float64(w.LR), Tokens: w.Tokens}, nil
 }
 

@@ -116,3 +116,41 @@ func TestWarmPayloadErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartAfterWarmStartFenced: a trainer restarted after the warm start
+// is at RL step 0 like the warm-started one, with the weights from before
+// the warm start. Its warm count tells them apart: the export and the
+// first RL step are refused as a lost state, until a checkpoint is loaded.
+func TestRestartAfterWarmStartFenced(t *testing.T) {
+	f := &warmFake{}
+	srv := httptest.NewServer(Handler(f))
+	defer srv.Close()
+	c := New(srv.URL, Options{})
+	ctx := t.Context()
+	spec := WarmSpec{Steps: 3, LR: 1e-3}
+	for i := range 3 {
+		spec.Index = i
+		if _, err := c.WarmStep(ctx, spec, sftBatch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ExportWeights(ctx, "/w0.safetensors"); err != nil {
+		t.Fatalf("export after the warm start: %v", err)
+	}
+	f.done = 0 // the trainer restarted: step 0, no warm start
+	if err := c.ExportWeights(ctx, "/w0.safetensors"); !errors.Is(err, train.ErrStateLost) {
+		t.Fatalf("export from a trainer restarted after the warm start: %v", err)
+	}
+	if _, err := c.TrainStep(ctx, testBatch()); !errors.Is(err, train.ErrStateLost) {
+		t.Fatalf("first RL step on a trainer restarted after the warm start: %v", err)
+	}
+	if n := len(f.batches); n != 3 {
+		t.Fatalf("the trainer got %d batches, want the 3 warm steps only", n)
+	}
+	if err := c.LoadCheckpoint(ctx, "/ckpt-0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TrainStep(ctx, testBatch()); err != nil {
+		t.Fatalf("RL step after the checkpoint was loaded: %v", err)
+	}
+}
