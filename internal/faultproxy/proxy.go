@@ -64,7 +64,8 @@ func (f Fault) Class() string {
 	switch f {
 	case None:
 		return ""
-	case Status500, Status503, Status429, Status408, Timeout, Reset:
+	case Status500, Status503, Status429, Status408, Timeout, Reset, Truncated:
+		// Truncated: what a server killed mid-answer leaves (failclass.IsInfra).
 		return failclass.Infra
 	}
 	return failclass.Data
