@@ -162,10 +162,8 @@ func (h *helper) loop() {
 	}
 }
 
-// park returns once ctr reaches want: it spins for spinWait, then sets flag
-// and blocks on ch. The other side advances ctr first and then sends on ch
-// only if it clears flag itself, so a send happens exactly when this side
-// has committed to (or is in) the receive.
+// park returns once ctr reaches want: it spins for spinWait, then blocks
+// (see block).
 func park(ctr *atomic.Uint64, want uint64, flag *atomic.Bool, ch chan struct{}) {
 	if ctr.Load() >= want {
 		return
@@ -176,13 +174,33 @@ func park(ctr *atomic.Uint64, want uint64, flag *atomic.Bool, ch chan struct{}) 
 			continue
 		}
 		if time.Since(t0) > spinWait {
-			flag.Store(true)
-			if ctr.Load() >= want && flag.CompareAndSwap(true, false) {
-				return
-			}
-			<-ch
+			block(ctr, want, flag, ch)
 			return
 		}
 		runtime.Gosched() // let a goroutine waiting for this P run
+	}
+}
+
+// block sets flag and receives on ch until ctr reaches want. The other side
+// advances ctr first and then sends on ch only if it clears flag itself, so
+// at most one token is ever outstanding and each is taken by the block that
+// set the flag. A token can be stale: a poster preempted between advancing
+// ctr and clearing the flag sends it after this side has already seen the
+// new count, returned, and set the flag again for the next one. So a wake-up
+// is only a hint and the count is read again (a helper that trusted it
+// claimed a job not yet posted and ran a cleared closure).
+func block(ctr *atomic.Uint64, want uint64, flag *atomic.Bool, ch chan struct{}) {
+	for {
+		flag.Store(true)
+		if ctr.Load() >= want {
+			if !flag.CompareAndSwap(true, false) {
+				<-ch // a sender cleared the flag: take its token so it cannot wake a later block
+			}
+			return
+		}
+		<-ch
+		if ctr.Load() >= want {
+			return
+		}
 	}
 }

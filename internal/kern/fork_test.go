@@ -267,3 +267,45 @@ func BenchmarkForkFMA(b *testing.B) {
 		})
 	}
 }
+
+// TestForkPlainWritesOversubscribed: shards write their results without
+// atomics, and Fork must return only after every one has run, exactly once.
+// With more Ps than cores a poster is often preempted between publishing a
+// job and waking the helper, and its late wake-up token used to reach the
+// helper's next park, which then claimed a job not yet posted (CI saw it as
+// a race and a wrong gradient in model's TestGradientCheck). Flat forks from
+// two goroutines and forks nested in a shard, each bounded in count and time.
+func TestForkPlainWritesOversubscribed(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	deadline := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := 0; it < 20000 && time.Now().Before(deadline); it++ {
+				var out [2][2]int
+				Fork(2, func(i int) {
+					if g == 2 { // nested, as a model shard forking its GEMM
+						Fork(2, func(j int) { out[i][j] += it + 1 })
+						return
+					}
+					out[i][0] += it + 1
+					out[i][1] += it + 1
+				})
+				for i := range out {
+					for j := range out[i] {
+						if out[i][j] != it+1 {
+							t.Errorf("goroutine %d iteration %d: shard %d.%d holds %d, want %d", g, it, i, j, out[i][j], it+1)
+							return
+						}
+					}
+				}
+				if it%97 == 0 {
+					time.Sleep(2 * spinWait) // let helpers park
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
