@@ -1,0 +1,165 @@
+// The decode step: packed weights, the batched one-token forward and its
+// attention over the KV cache.
+
+package model
+
+import (
+	"math"
+
+	"github.com/longhaul-rl/longhaul/internal/kern"
+)
+
+// decodePacked holds decode's weight matrices laid out by kern.Pack:
+// a decode step reads every weight once for a few rows, and packed panels
+// stream front to back (kern's BenchmarkPackedDecode, Model A at 8 rows on
+// the shared Xeon: 37-41 % of the AVX-512 FMA peak in place, 53-57 %
+// packed; AVX2 about even). The products give the bits of kern.MatMul with
+// the plain weights.
+type decodePacked struct {
+	on     bool // packed for this Generate call
+	layers []struct{ qkv, proj, fc, fc2 kern.Packed }
+	head   kern.Packed
+}
+
+// packDecodeMin is the fewest decode rows (tokens to sample, summed over
+// the batch) for which packing the weights (one pass over them) pays.
+const packDecodeMin = 256
+
+// packDecode lays the weights out for decode when the call samples enough
+// tokens to repay it; otherwise decode reads them in place.
+func (m *Model) packDecode(cost []int) {
+	if m.dpk == nil {
+		m.dpk = &decodePacked{layers: make([]struct{ qkv, proj, fc, fc2 kern.Packed }, m.cfg.Layers)}
+	}
+	rows := 0
+	for _, c := range cost {
+		rows += c
+	}
+	dp := m.dpk
+	dp.on = rows >= packDecodeMin
+	if !dp.on {
+		return
+	}
+	c := m.cfg
+	d, f := c.Dim, c.Hidden
+	for l := range dp.layers {
+		lp, pl := &m.p.layers[l], &dp.layers[l]
+		kern.Pack(&pl.qkv, lp.qkv, d, 3*d)
+		kern.Pack(&pl.proj, lp.proj, d, d)
+		kern.Pack(&pl.fc, lp.fc, d, 2*f)
+		kern.Pack(&pl.fc2, lp.fc2, f, d)
+	}
+	kern.Pack(&dp.head, m.wteT, d, c.Vocab)
+}
+
+// decodeMatMul is kern.MatMul(c, a, w, rows, k, n, acc), from the packed
+// copy of w when this call packed one.
+func (m *Model) decodeMatMul(c, a, w []float32, pk *kern.Packed, rows, k, n int, acc bool) {
+	if m.dpk != nil && m.dpk.on {
+		kern.MatMulPacked(c, a, rows, pk, acc)
+		return
+	}
+	kern.MatMul(c, a, w, rows, k, n, acc)
+}
+
+// decodeStep feeds each sequence's pending token at its position and leaves
+// the next logits in s.logits. It is the training forward restricted to one
+// row per sequence: the same layer functions, the same kernel chains.
+func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
+	c := m.cfg
+	B, d, H, hs, f, T, V := len(seqs), c.Dim, c.Heads, c.HeadDim(), c.Hidden, c.Context, c.Vocab
+	half := hs / 2
+	scale := float32(1 / math.Sqrt(float64(hs)))
+	p := &m.p
+	for b, s := range seqs {
+		embedForward(dw.x[b*d:(b+1)*d], []int32{s.pending}, p.wte, p.wpe, s.pos, d)
+	}
+	for l := range c.Layers {
+		lp := &p.layers[l]
+		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln1, B, d, c.NormEps)
+		pl := &m.dpk.layers[l]
+		m.decodeMatMul(dw.qkv, dw.ln, lp.qkv, &pl.qkv, B, d, 3*d, false)
+		for b, s := range seqs {
+			pos := s.pos
+			src := dw.qkv[b*3*d : (b+1)*3*d]
+			kv := s.kv[l]
+			for h := range H {
+				qh := dw.q[h*hs : (h+1)*hs]
+				kh := kv.k[(h*T+pos)*hs : (h*T+pos+1)*hs]
+				copy(qh, src[h*hs:])
+				copy(kh, src[d+h*hs:])
+				copy(kv.v[(h*T+pos)*hs:(h*T+pos+1)*hs], src[2*d+h*hs:])
+				if m.cos != nil {
+					cs, sn := m.cos[pos*half:(pos+1)*half], m.sin[pos*half:(pos+1)*half]
+					ropeForward(qh, cs, sn)
+					ropeForward(kh, cs, sn)
+				}
+				for p, v := range kh {
+					kv.kt[(h*hs+p)*T+pos] = v
+				}
+			}
+			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, dw.q, kv.kt, kv.v, pos+1, T, H, hs, scale)
+		}
+		m.decodeMatMul(dw.x, dw.att, lp.proj, &pl.proj, B, d, d, true)
+		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln2, B, d, c.NormEps)
+		m.decodeMatMul(dw.h, dw.ln, lp.fc, &pl.fc, B, d, 2*f, false)
+		swigluForward(dw.act, dw.sig, dw.h, B, f)
+		m.decodeMatMul(dw.x, dw.act, lp.fc2, &pl.fc2, B, f, d, true)
+	}
+	rmsnormForward(dw.ln, dw.rstd, dw.x, p.lnf, B, d, c.NormEps)
+	m.decodeMatMul(dw.logits, dw.ln, m.wteT, &m.dpk.head, B, d, V, false)
+	for b, s := range seqs {
+		copy(s.logits, dw.logits[b*V:(b+1)*V])
+		s.pos++
+	}
+}
+
+// attnDecode is attnForward for one query row at position nk−1, over the
+// transposed keys kt (hs, T) and values v (≥nk, hs). Scores and output are
+// the same per-element chains as attnForward's kern products (a sequential
+// multiply-add chain over the reduction index from 0, fused exactly when
+// kern fuses), so decode and training agree bit for bit; decodeScores and
+// decodeValues are the fused SIMD loops or their Axpy-chain fallback.
+// probs needs room for nk rounded up to 32.
+func attnDecode(out, probs, q, kt, v []float32, nk, T int, scale float32) {
+	s := probs[:nk]
+	decodeScores(probs, q, kt, nk, T)
+	softmaxCausal(s, nk, scale)
+	decodeValues(out, s, v)
+}
+
+// probStride is the room for one head's scores in a decode row: the
+// context and a tail for lanes past nk (up to 32 of them).
+func probStride(T int) int { return T + 32 }
+
+// attnDecodeRow is attnDecode for every head of one row at once: q and out
+// are (H·hs), kt the layer's transposed keys (H, hs, T), v its values (H,
+// T, hs), probs H stripes of probStride(T). Running the heads' chains
+// together keeps the FMA units busy; every lane is the same chain as
+// attnDecode's (and training's).
+func attnDecodeRow(out, probs, q, kt, v []float32, nk, T, H, hs int, scale float32) {
+	ps := probStride(T)
+	decodeScoresHeads(probs, ps, q, kt, nk, T, H, hs)
+	for h := range H {
+		softmaxCausal(probs[h*ps:h*ps+nk], nk, scale)
+	}
+	decodeValuesHeads(out, probs, ps, v, nk, T, H, hs)
+}
+
+// axpyScores: s[j] = Σ_p q[p]·kt[p·T+j] as kern.Axpy chains.
+func axpyScores(probs, q, kt []float32, nk, T int) {
+	s := probs[:nk]
+	clear(s)
+	for p, qp := range q {
+		kern.Axpy(s, qp, kt[p*T:p*T+nk])
+	}
+}
+
+// axpyValues: out[c] = Σ_j s[j]·v[j·hs+c] as kern.Axpy chains.
+func axpyValues(out, s, v []float32) {
+	hs := len(out)
+	clear(out)
+	for j, pj := range s {
+		kern.Axpy(out, pj, v[j*hs:(j+1)*hs])
+	}
+}
