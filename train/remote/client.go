@@ -126,9 +126,17 @@ func New(url string, opts Options) *Client {
 	return &Client{url: strings.TrimSuffix(url, "/"), hc: hc, opts: opts, known: -1}
 }
 
-func (c *Client) setKnown(step int64) {
+func (c *Client) setKnown(step int64) { c.setState(step, false) }
+
+// setState records the trainer's step and, with endWarm, that the warm
+// start's count no longer fences: from an RL step on the step fence tells a
+// restart apart, and a checkpoint holds the warm start's result, if any.
+func (c *Client) setState(step int64, endWarm bool) {
 	c.mu.Lock()
 	c.known = step
+	if endWarm {
+		c.warm = 0
+	}
 	c.mu.Unlock()
 }
 
@@ -159,10 +167,7 @@ func (c *Client) TrainStep(ctx context.Context, b train.Batch) (train.StepStats,
 	}); err != nil {
 		return train.StepStats{}, err
 	}
-	c.setKnown(ws.Step)
-	c.mu.Lock()
-	c.warm = 0 // from here the step fence tells a restart apart
-	c.mu.Unlock()
+	c.setState(ws.Step, true)
 	return ws.stats(), nil
 }
 
@@ -186,10 +191,7 @@ func (c *Client) SaveCheckpoint(ctx context.Context, dir string) error {
 
 // LoadCheckpoint asks the trainer to restore the checkpoint in dir.
 func (c *Client) LoadCheckpoint(ctx context.Context, dir string) error {
-	c.setKnown(-1) // the step is whatever the checkpoint holds
-	c.mu.Lock()
-	c.warm = 0 // a checkpoint holds the warm start's result, if any
-	c.mu.Unlock()
+	c.setState(-1, true) // the step is whatever the checkpoint holds
 	return c.pathCall(ctx, "/v1/load_checkpoint", "dir", dir)
 }
 
