@@ -33,30 +33,45 @@ func (l *loop) selectCall(ctx context.Context, prompt []int32, validate Validato
 }
 
 func (l *loop) accept(prompt []int32, call runlog.CallFinished) {
-	l.prev = append(prompt[:len(prompt):len(prompt)], call.Sampled...)
+	l.lastSelected, l.hasCall = call.Call, true
+	l.sampled += len(call.Sampled)
 	if l.bridged {
+		l.prev = append(prompt[:len(prompt):len(prompt)], call.Sampled...)
 		l.cb.sampled = call.Sampled
-		l.lastSelected, l.hasCall = call.Call, true
-		l.sampled += len(call.Sampled)
 		return
 	}
-	toks := make([]int32, 0, len(call.Sampled)+len(l.genPrompt)+1)
-	toks = append(toks, l.genPrompt...)
-	toks = append(toks, call.Sampled...)
+	var marker []int32
 	if len(call.Sampled) == 0 || !slices.Contains(l.stops, call.Sampled[len(call.Sampled)-1]) {
 		// A length-truncated reply gets its end marker as prompt context;
 		// the context still extends prompt + sampled.
-		toks = append(toks, l.stops[0])
+		marker = l.stops[:1]
 	}
-	l.msgs = append(l.msgs, compaction.Message{Role: tokenizer.RoleAssistant, Content: tokenizer.DecodeText(call.Sampled), Tokens: toks})
-	// The context is exactly prev (+ end marker): reuse it rather than
-	// re-render.
-	l.ctx = append(l.prev[:len(l.prev):len(l.prev)], toks[len(l.genPrompt)+len(call.Sampled):]...)
-	l.lastSelected, l.hasCall = call.Call, true
-	l.sampled += len(call.Sampled)
+	// The context is exactly prompt + sampled (+ end marker), appended in
+	// place to the arena the prompt ends (ctxbuf.go) rather than
+	// re-rendered; prev and the reply's message tokens are views of it.
+	// A live call already wrote its reply there (keep).
+	var buf []int32
+	if l.follows(prompt, call.Sampled) {
+		buf = l.reserve(l.arena[l.base:], len(marker))
+	} else {
+		buf = append(l.reserve(prompt, len(call.Sampled)+len(marker)), call.Sampled...)
+	}
+	l.ctx = l.commit(append(buf, marker...))
+	l.prev = l.ctx[: len(prompt)+len(call.Sampled) : len(prompt)+len(call.Sampled)]
+	var toks []int32
+	if g := len(l.genPrompt); len(prompt) >= g && slices.Equal(prompt[len(prompt)-g:], l.genPrompt) {
+		toks = l.ctx[len(prompt)-g:]
+	} else {
+		// A prompt that does not end with the generation prompt (an
+		// agent's own rendering): the message is rendered on its own.
+		toks = append(append(append(make([]int32, 0, len(l.genPrompt)+len(call.Sampled)+len(marker)), l.genPrompt...), call.Sampled...), marker...)
+	}
+	l.reply, l.replyOf = tokenizer.DecodeText(call.Sampled), call.Sampled
+	l.msgs = append(l.msgs, compaction.Message{Role: tokenizer.RoleAssistant, Content: l.reply, Tokens: toks})
 }
 
-// delta returns the call's stored prompt form against the previous context.
+// delta returns the call's stored prompt form against the previous
+// context; the suffix is a view of prompt, copied only when logged.
 func (l *loop) delta(prompt []int32) (uint32, []int32) {
 	p := 0
 	if l.prev != nil {
@@ -65,7 +80,7 @@ func (l *loop) delta(prompt []int32) (uint32, []int32) {
 			p++
 		}
 	}
-	return uint32(p), slices.Clone(prompt[p:])
+	return uint32(p), prompt[p:]
 }
 
 // call makes (or replays) one model call.
@@ -90,7 +105,7 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 		Temperature: l.s.Sampling.Temperature,
 		TopP:        l.s.Sampling.TopP,
 		TopK:        l.s.Sampling.TopK,
-		Stop:        slices.Clone(l.stops),
+		Stop:        l.stops[:len(l.stops):len(l.stops)], // a generator reads it, never writes it
 		Seed:        SampleSeed(l.s.Seed, l.s.Rollout, idx),
 	}
 	l.req[0] = req
@@ -102,10 +117,15 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 		return runlog.CallFinished{}, Data("generate", fmt.Errorf("rollout: generator broke the contract: %d results, want 1 with tokens and one logprob each", len(out)))
 	}
 	r := out[0]
+	// The event's slices are kept by the log's cache, so nothing may
+	// write into them: its tokens are views of the write-once context
+	// arena, or one copy (keep); its logprobs are the generator's, handed
+	// over (gen.Generator).
+	suffix, sampled := l.keep(prompt, suffix, r.Tokens)
 	c := runlog.CallFinished{
 		Rollout: l.s.Rollout, Attempt: l.s.Attempt, Call: idx,
 		PromptPrefix: prefix, PromptSuffix: suffix,
-		Sampled: slices.Clone(r.Tokens), Logprobs: slices.Clone(r.Logprobs),
+		Sampled: sampled, Logprobs: r.Logprobs[:len(r.Logprobs):len(r.Logprobs)],
 		Finish: r.Finish, Version: r.Version, Selected: true,
 	}
 	if validate != nil {

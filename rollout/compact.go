@@ -29,11 +29,9 @@ func (l *loop) maybeCompact(ctx context.Context) error {
 			return err
 		}
 		old := l.msgs
-		req, err := compaction.NewMessage(tokenizer.RoleUser, sp.SummaryRequest())
-		if err != nil {
+		if err := l.appendMsg(tokenizer.RoleUser, sp.SummaryRequest()); err != nil {
 			return err
 		}
-		l.appendMsg(req)
 		prompt := l.promptOf(l.ctx)
 		if l.overBudget(len(prompt)) {
 			return errOverBudget
@@ -55,7 +53,7 @@ func (l *loop) maybeCompact(ctx context.Context) error {
 			return nil
 		}
 	}
-	newCtx := compaction.Render(res.Messages)
+	newCtx := l.render(res.Messages)
 	ev := runlog.Compaction{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Boundary: l.compactions, AfterCall: afterCall,
 		Policy: l.policy.Name(), Lineage: res.Lineage, TokensBefore: uint32(before), TokensAfter: uint32(len(newCtx))}
 	if err := l.declareCompaction(ctx, ev); err != nil {

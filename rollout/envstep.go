@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
@@ -38,7 +37,9 @@ func (l *loop) step(ctx context.Context, action string) error {
 		}
 		st = runlog.EnvStep{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Turn: turn, Action: action,
 			Observation: res.Observation, Reward: res.Reward, Done: res.Done}
-		if sn, ok := l.env.(env.Snapshotter); ok {
+		// A final step's state is never restored (syncEnv replays it, for
+		// Success), so it is not taken: one snapshot fewer per episode.
+		if sn, ok := l.env.(env.Snapshotter); ok && !res.Done {
 			if st.State, err = sn.Snapshot(ctx); err != nil {
 				return classify("env.snapshot", err)
 			}
@@ -56,11 +57,9 @@ func (l *loop) step(ctx context.Context, action string) error {
 			return err
 		}
 	} else if !st.Done && st.Observation != "" {
-		m, err := compaction.NewMessage(l.obsRole, st.Observation)
-		if err != nil {
+		if err := l.appendMsg(l.obsRole, st.Observation); err != nil {
 			return err
 		}
-		l.appendMsg(m)
 	}
 	return nil
 }

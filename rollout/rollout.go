@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/longhaul-rl/longhaul/compaction"
@@ -102,11 +101,20 @@ type loop struct {
 
 	env      env.Environment
 	envKey   string           // the rollout's ID as the environment sees it, formatted once
+	keys     env.KeyContexts  // the contexts that carry the keys, allocated a chunk at a time
 	pending  []runlog.EnvStep // logged steps not yet applied to env
 	envStale bool             // env lags the log (pending is not empty)
 
 	msgs []compaction.Message
-	ctx  []int32 // == compaction.Render(msgs)
+	ctx  []int32 // == compaction.Render(msgs); a view of arena (ctxbuf.go)
+	// arena is the array the context grows in; its len is the written
+	// part, never rewritten.
+	arena []int32
+	base  int // where ctx starts in arena
+	// reply is the decoded text of the last accepted reply, replyOf its
+	// sampled tokens: parse reads it instead of decoding again.
+	reply   string
+	replyOf []int32
 	// prev is the previous selected call's prompt + sampled tokens, the
 	// base of the next call's PromptPrefix; nil at the first call and after
 	// a compaction (the next prompt is stored whole).
@@ -218,7 +226,7 @@ func (l *loop) envCtx(ctx context.Context, step int) context.Context {
 	if l.envKey == "" {
 		l.envKey = l.s.Rollout.String()
 	}
-	return env.WithKey(ctx, env.Key{Rollout: l.envKey, Attempt: l.episode, Step: step})
+	return l.keys.WithKey(ctx, env.Key{Rollout: l.envKey, Attempt: l.episode, Step: step})
 }
 
 func (l *loop) sealedInPrior() (Result, bool) {
@@ -253,11 +261,6 @@ func (l *loop) record(ctx context.Context, ev runlog.Event) error {
 	return nil
 }
 
-func (l *loop) appendMsg(m compaction.Message) {
-	l.msgs = append(l.msgs, m)
-	l.ctx = append(l.ctx, m.Tokens...)
-}
-
 func (l *loop) run(ctx context.Context) (Result, error) {
 	e, err := l.s.NewEnv(ctx)
 	if err != nil {
@@ -281,19 +284,18 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, classify("env.reset", err)
 	}
-	l.ctx = slices.Clone(l.open)
+	l.ctx = l.extend(nil, l.open)
+	// Room for the messages of a few turns (a reply and an observation
+	// each), so the list does not regrow turn by turn.
+	l.msgs = make([]compaction.Message, 0, 16)
 	if l.s.System != "" {
-		m, err := compaction.NewMessage(tokenizer.RoleSystem, l.s.System)
-		if err != nil {
+		if err := l.appendMsg(tokenizer.RoleSystem, l.s.System); err != nil {
 			return Result{}, err
 		}
-		l.appendMsg(m)
 	}
-	m, err := compaction.NewMessage(tokenizer.RoleUser, obs)
-	if err != nil {
+	if err := l.appendMsg(tokenizer.RoleUser, obs); err != nil {
 		return Result{}, err
 	}
-	l.appendMsg(m)
 
 	lim := l.s.Limits
 	for {
@@ -339,6 +341,9 @@ func (l *loop) parse(sampled []int32) string {
 	}
 	if l.bridged {
 		return strings.TrimSpace(l.cb.parse(sampled).Message.Content)
+	}
+	if len(sampled) > 0 && len(sampled) == len(l.replyOf) && &sampled[0] == &l.replyOf[0] {
+		return strings.TrimSpace(l.reply) // the reply accept just decoded
 	}
 	return strings.TrimSpace(tokenizer.DecodeText(sampled))
 }
