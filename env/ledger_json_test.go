@@ -173,9 +173,19 @@ func TestParamsMemo(t *testing.T) {
 			t.Fatalf("get(%s) = %+v, %v after %d decodes; want turns %d after %d", c.p, cfg, err, n, c.turns, c.calls)
 		}
 	}
+	// The memo keeps its own copy: a caller reusing its buffer for other
+	// params gets those.
+	buf := []byte(`{"turns":7}`)
+	if cfg, _ := m.get(buf, decode); cfg.Turns != 7 {
+		t.Fatalf("get(%s) = %+v", buf, cfg)
+	}
+	copy(buf, `{"turns":8}`)
+	if cfg, _ := m.get(buf, decode); cfg.Turns != 8 || n != 5 {
+		t.Fatalf("get of a rewritten buffer %s = %+v after %d decodes, want turns 8 after 5", buf, cfg, n)
+	}
 	bad := json.RawMessage(`{"turns":0}`)
 	for i := range 2 {
-		if _, err := m.get(bad, decode); !errors.Is(err, ErrBadParams) || n != 4+i {
+		if _, err := m.get(bad, decode); !errors.Is(err, ErrBadParams) || n != 6+i {
 			t.Fatalf("bad params: err %v after %d decodes", err, n)
 		}
 	}
