@@ -179,40 +179,39 @@ func headLen(msgs []Message) int {
 	return i
 }
 
-// turnStarts returns the index of the first message of every turn after
-// the head. A turn is an assistant message and the messages after it up to
-// the next assistant message; messages between the head and the first
-// assistant message form a turn of their own.
-func turnStarts(msgs []Message, head int) []int {
-	var starts []int
-	for i := head; i < len(msgs); i++ {
-		if i == head || msgs[i].Role == tokenizer.RoleAssistant {
-			starts = append(starts, i)
-		}
-	}
-	return starts
+// isTurnStart reports whether message i starts a turn after the head. A
+// turn is an assistant message and the messages after it up to the next
+// assistant message; messages between the head and the first assistant
+// message form a turn of their own.
+func isTurnStart(msgs []Message, head, i int) bool {
+	return i == head || msgs[i].Role == tokenizer.RoleAssistant
 }
 
 // keepFrom returns the index of the first message of the last k turns; the
 // messages after the last assistant message (observations the next call
-// answers) are always kept.
+// answers) are always kept. It scans back from the end, so a compaction
+// allocates no list of turn starts.
 func keepFrom(msgs []Message, head, k int) int {
-	starts := turnStarts(msgs, head)
-	if len(starts) == 0 {
-		return len(msgs)
-	}
-	if k < 1 {
-		// Keep only the pending observations.
-		last := starts[len(starts)-1]
-		if msgs[last].Role == tokenizer.RoleAssistant {
-			return last + 1
+	seen := 0
+	for i := len(msgs) - 1; i >= head; i-- {
+		if !isTurnStart(msgs, head, i) {
+			continue
 		}
-		return last
+		if k < 1 {
+			// Keep only the pending observations.
+			if msgs[i].Role == tokenizer.RoleAssistant {
+				return i + 1
+			}
+			return i
+		}
+		if seen++; seen == k {
+			return i
+		}
 	}
-	if k >= len(starts) {
-		return head
+	if seen == 0 {
+		return len(msgs) // no turn after the head
 	}
-	return starts[len(starts)-k]
+	return head // fewer than k turns
 }
 
 // Recency keeps the head (system + task) and the last KeepTurns turns.
@@ -225,7 +224,9 @@ func (Recency) Name() string { return PolicyRecency }
 func (p Recency) Compact(msgs []Message) (Result, error) {
 	head := headLen(msgs)
 	from := keepFrom(msgs, head, p.KeepTurns)
-	res := Result{Messages: make([]Message, 0, head+len(msgs)-from), Lineage: make([]runlog.Lineage, len(msgs))}
+	// Room for the old count: the loop appends the next turns' messages
+	// to the result without regrowing it.
+	res := Result{Messages: make([]Message, 0, len(msgs)), Lineage: make([]runlog.Lineage, len(msgs))}
 	for i, m := range msgs {
 		op := runlog.OpKept
 		if i >= head && i < from {

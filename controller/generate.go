@@ -119,8 +119,7 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 	}
 	wg.Wait()
 	for _, err := range errs {
-		var ex *exhaustedError
-		if err != nil && !errors.As(err, &ex) {
+		if err != nil && !isExhausted(err) {
 			return errors.Join(errs...)
 		}
 	}
@@ -143,3 +142,10 @@ func (e *exhaustedError) Error() string {
 }
 
 func (e *exhaustedError) Unwrap() error { return e.err }
+
+// isExhausted reports whether err is an exhaustedError; a function of its
+// own so that only a failed member pays for the target errors.As needs.
+func isExhausted(err error) bool {
+	var ex *exhaustedError
+	return errors.As(err, &ex)
+}

@@ -49,13 +49,58 @@ func WithKey(ctx context.Context, k Key) context.Context {
 	if k.Run == "" {
 		k.Run = RunOf(ctx)
 	}
-	return context.WithValue(ctx, callKey{}, k)
+	return &keyCtx{ctx, k}
+}
+
+// keyCtx is context.WithValue for a Key in one allocation instead of two
+// (the value context and the boxed Key): a rollout makes one per
+// environment step. Value hands out a pointer to the key, which boxes for
+// free; KeyOf copies it.
+type keyCtx struct {
+	context.Context
+	k Key
+}
+
+func (c *keyCtx) Value(key any) any {
+	if key == (callKey{}) {
+		return &c.k
+	}
+	return c.Context.Value(key)
+}
+
+func (c *keyCtx) String() string { return fmt.Sprintf("%v.WithKey(%s)", c.Context, c.k) }
+
+// KeyContexts hands out WithKey's contexts from chunks, so that a caller
+// making many (a rollout: one per environment step) pays one allocation
+// per chunk instead of one per call. Each context is handed out once and
+// never rewritten, so an environment may keep it like any context. The
+// zero value is ready; it is not safe for concurrent use.
+type KeyContexts struct{ free []keyCtx }
+
+// keyChunk is the number of contexts a chunk holds: a typical episode's.
+const keyChunk = 16
+
+// WithKey is WithKey(ctx, k) from the next free slot.
+func (kc *KeyContexts) WithKey(ctx context.Context, k Key) context.Context {
+	if k.Run == "" {
+		k.Run = RunOf(ctx)
+	}
+	if len(kc.free) == 0 {
+		kc.free = make([]keyCtx, keyChunk)
+	}
+	c := &kc.free[0]
+	kc.free = kc.free[1:]
+	c.Context, c.k = ctx, k
+	return c
 }
 
 // KeyOf returns the key in ctx.
 func KeyOf(ctx context.Context) (Key, bool) {
-	k, ok := ctx.Value(callKey{}).(Key)
-	return k, ok
+	k, ok := ctx.Value(callKey{}).(*Key)
+	if !ok {
+		return Key{}, false
+	}
+	return *k, true
 }
 
 type replayKey struct{}

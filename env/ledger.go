@@ -22,6 +22,11 @@ type Ledger struct {
 	cfg  LedgerConfig
 	st   ledgerState
 	open bool
+	// snaps is the buffer snapshots are cut from: appended to only, so a
+	// snapshot handed out (and kept in the run log's cache) never
+	// changes, and an episode's snapshots cost an allocation or two
+	// instead of one each.
+	snaps []byte
 }
 
 // The shipped rollout settings for ledger (docs/rollouts.md). An episode
@@ -69,10 +74,11 @@ type ledgerState struct {
 
 // LedgerDefinition registers "ledger".
 func LedgerDefinition() Definition {
+	var configs paramsMemo[LedgerConfig] // every rollout of a run passes the same params
 	return Definition{
 		Name: "ledger",
 		New: func(p json.RawMessage) (Environment, error) {
-			cfg, err := ledgerConfig(p)
+			cfg, err := configs.get(p, ledgerConfig)
 			if err != nil {
 				return nil, err
 			}
@@ -117,8 +123,6 @@ func (c LedgerConfig) draw(seed uint64) LedgerTask {
 	return lt
 }
 
-func (lt LedgerTask) first() string { return fmt.Sprintf("start %d %+d", lt.Start, lt.Deltas[0]) }
-
 func mod10(x int) int { return ((x % 10) + 10) % 10 }
 
 // LedgerAnswers returns the correct answer of every turn of a task: what a
@@ -137,9 +141,10 @@ func LedgerAnswers(lt LedgerTask) []string {
 // drawn from seed.
 func (l *Ledger) Reset(_ context.Context, task Task, seed uint64) (string, error) {
 	var lt LedgerTask
+	var err error
 	if len(task.Params) == 0 {
 		lt = l.cfg.draw(seed)
-	} else if err := decodeParams(task.Params, &lt); err != nil {
+	} else if lt, err = decodeLedgerTask(task.Params); err != nil {
 		return "", err
 	}
 	if len(lt.Deltas) == 0 {
@@ -174,8 +179,21 @@ func (l *Ledger) Step(_ context.Context, action string) (StepResult, error) {
 		res.Success = st.Correct == n
 		return res, nil
 	}
-	res.Observation = fmt.Sprintf("%+d", st.Task.Deltas[st.Turn])
+	res.Observation = signed(st.Task.Deltas[st.Turn])
 	return res, nil
+}
+
+// signedDigits are "%+d" of -9..9, the deltas max_delta allows: an
+// observation costs no allocation.
+var signedDigits = [...]string{"-9", "-8", "-7", "-6", "-5", "-4", "-3", "-2", "-1", "+0",
+	"+1", "+2", "+3", "+4", "+5", "+6", "+7", "+8", "+9"}
+
+// signed is fmt.Sprintf("%+d", d).
+func signed(d int) string {
+	if d >= -9 && d <= 9 {
+		return signedDigits[d+9]
+	}
+	return fmt.Sprintf("%+d", d)
 }
 
 // Close ends the episode.
@@ -186,7 +204,40 @@ func (l *Ledger) Snapshot(context.Context) ([]byte, error) {
 	if !l.open {
 		return nil, fmt.Errorf("env: ledger: snapshot without an open episode")
 	}
-	return json.Marshal(l.st)
+	if need := 64 + 4*len(l.st.Task.Deltas); cap(l.snaps)-len(l.snaps) < need {
+		l.snaps = make([]byte, 0, max(1024, 8*need))
+	}
+	start := len(l.snaps)
+	l.snaps = l.st.appendJSON(l.snaps)
+	return l.snaps[start:len(l.snaps):len(l.snaps)], nil
+}
+
+// appendJSON appends json.Marshal(st)'s bytes (TestLedgerSnapshotJSON
+// holds them equal) without reflection: one allocation per step instead
+// of two and a pass over the type.
+func (st *ledgerState) appendJSON(b []byte) []byte {
+	b = append(b, `{"task":{"start":`...)
+	b = strconv.AppendInt(b, int64(st.Task.Start), 10)
+	b = append(b, `,"deltas":`...)
+	if st.Task.Deltas == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, d := range st.Task.Deltas {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(d), 10)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `},"turn":`...)
+	b = strconv.AppendInt(b, int64(st.Turn), 10)
+	b = append(b, `,"balance":`...)
+	b = strconv.AppendInt(b, int64(st.Balance), 10)
+	b = append(b, `,"correct":`...)
+	b = strconv.AppendInt(b, int64(st.Correct), 10)
+	return append(b, '}')
 }
 
 // Restore sets the episode state from a Snapshot.

@@ -28,6 +28,11 @@ type Result struct {
 }
 
 // Generator samples completions. Generate answers each request in order;
+// its results are handed over: the caller may keep their slices (the
+// rollout logs them as they are), and neither side modifies them after
+// Generate returns (a generator may share one result between calls, a
+// caller may not write into one). Nor does a generator write into a
+// request's slices.
 // implementations may batch them (e.g. the G members of a group that share a
 // prompt prefix). Errors should be typed with the failure classes of the
 // rollout package so the caller can tell infra failures from data failures.

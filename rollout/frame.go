@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
@@ -16,6 +17,34 @@ func (l *loop) frame(ctx context.Context) error {
 	if c == nil {
 		c = bytetok.Chat{}
 	}
+	if _, ok := c.(bytetok.Chat); ok {
+		// The byte template's framing is fixed: read once per process,
+		// not three allocations per rollout. The loop only reads it.
+		f := byteFrame()
+		if f.err != nil {
+			return f.err
+		}
+		l.open, l.genPrompt, l.stops = f.open, f.genPrompt, f.stops
+		return nil
+	}
+	return l.frameOf(ctx, c)
+}
+
+// framing is a chat template's framing tokens.
+type framing struct {
+	open, genPrompt, stops []int32
+	err                    error
+}
+
+// byteFrame is the byte template's framing, computed on first use.
+var byteFrame = sync.OnceValue(func() framing {
+	var l loop
+	err := l.frameOf(context.Background(), bytetok.Chat{})
+	return framing{l.open, l.genPrompt, l.stops, err}
+})
+
+// frameOf reads c's framing into the loop.
+func (l *loop) frameOf(ctx context.Context, c lhtok.Chat) error {
 	open, err := c.RenderTokens(ctx, nil, lhtok.RenderOptions{})
 	if err != nil {
 		return fmt.Errorf("rollout: chat template: %w", err)
@@ -35,4 +64,6 @@ func (l *loop) frame(ctx context.Context) error {
 }
 
 // promptOf is the generation prompt after context ctx.
-func (l *loop) promptOf(ctx []int32) []int32 { return append(ctx, l.genPrompt...) }
+// It extends ctx in place (ctxbuf.go), so accepting the call's reply
+// extends the prompt in place in turn.
+func (l *loop) promptOf(ctx []int32) []int32 { return l.extend(ctx, l.genPrompt) }

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/longhaul-rl/longhaul/compaction"
@@ -102,11 +101,20 @@ type loop struct {
 
 	env      env.Environment
 	envKey   string           // the rollout's ID as the environment sees it, formatted once
+	keys     env.KeyContexts  // the contexts that carry the keys, allocated a chunk at a time
 	pending  []runlog.EnvStep // logged steps not yet applied to env
 	envStale bool             // env lags the log (pending is not empty)
 
 	msgs []compaction.Message
-	ctx  []int32 // == compaction.Render(msgs)
+	ctx  []int32 // == compaction.Render(msgs); a view of arena (ctxbuf.go)
+	// arena is the array the context grows in; its len is the written
+	// part, never rewritten.
+	arena []int32
+	base  int // where ctx starts in arena
+	// reply is the decoded text of the last accepted reply, replyOf its
+	// sampled tokens: parse reads it instead of decoding again.
+	reply   string
+	replyOf []int32
 	// prev is the previous selected call's prompt + sampled tokens, the
 	// base of the next call's PromptPrefix; nil at the first call and after
 	// a compaction (the next prompt is stored whole).
@@ -218,7 +226,7 @@ func (l *loop) envCtx(ctx context.Context, step int) context.Context {
 	if l.envKey == "" {
 		l.envKey = l.s.Rollout.String()
 	}
-	return env.WithKey(ctx, env.Key{Rollout: l.envKey, Attempt: l.episode, Step: step})
+	return l.keys.WithKey(ctx, env.Key{Rollout: l.envKey, Attempt: l.episode, Step: step})
 }
 
 func (l *loop) sealedInPrior() (Result, bool) {
@@ -253,11 +261,6 @@ func (l *loop) record(ctx context.Context, ev runlog.Event) error {
 	return nil
 }
 
-func (l *loop) appendMsg(m compaction.Message) {
-	l.msgs = append(l.msgs, m)
-	l.ctx = append(l.ctx, m.Tokens...)
-}
-
 func (l *loop) run(ctx context.Context) (Result, error) {
 	e, err := l.s.NewEnv(ctx)
 	if err != nil {
@@ -281,19 +284,18 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, classify("env.reset", err)
 	}
-	l.ctx = slices.Clone(l.open)
+	l.ctx = l.extend(nil, l.open)
+	// Room for the messages of a few turns (a reply and an observation
+	// each), so the list does not regrow turn by turn.
+	l.msgs = make([]compaction.Message, 0, 16)
 	if l.s.System != "" {
-		m, err := compaction.NewMessage(tokenizer.RoleSystem, l.s.System)
-		if err != nil {
+		if err := l.appendMsg(tokenizer.RoleSystem, l.s.System); err != nil {
 			return Result{}, err
 		}
-		l.appendMsg(m)
 	}
-	m, err := compaction.NewMessage(tokenizer.RoleUser, obs)
-	if err != nil {
+	if err := l.appendMsg(tokenizer.RoleUser, obs); err != nil {
 		return Result{}, err
 	}
-	l.appendMsg(m)
 
 	lim := l.s.Limits
 	for {
@@ -340,259 +342,10 @@ func (l *loop) parse(sampled []int32) string {
 	if l.bridged {
 		return strings.TrimSpace(l.cb.parse(sampled).Message.Content)
 	}
+	if len(sampled) > 0 && len(sampled) == len(l.replyOf) && &sampled[0] == &l.replyOf[0] {
+		return strings.TrimSpace(l.reply) // the reply accept just decoded
+	}
 	return strings.TrimSpace(tokenizer.DecodeText(sampled))
-}
-
-// selectCall makes a call, resampling rejected candidates, and appends the
-// selected response to the context.
-func (l *loop) selectCall(ctx context.Context, prompt []int32, validate Validator) (runlog.CallFinished, error) {
-	for resample := 0; ; resample++ {
-		call, err := l.call(ctx, prompt, validate)
-		if err != nil {
-			return call, err
-		}
-		if call.Selected {
-			l.accept(prompt, call)
-			return call, nil
-		}
-		if resample >= l.s.MaxResamples {
-			return call, Data("select", fmt.Errorf("%w: %d candidates rejected, last: %s", ErrSelectionExhausted, resample+1, call.Reject))
-		}
-	}
-}
-
-func (l *loop) accept(prompt []int32, call runlog.CallFinished) {
-	l.prev = append(prompt[:len(prompt):len(prompt)], call.Sampled...)
-	if l.bridged {
-		l.cb.sampled = call.Sampled
-		l.lastSelected, l.hasCall = call.Call, true
-		l.sampled += len(call.Sampled)
-		return
-	}
-	toks := make([]int32, 0, len(call.Sampled)+len(l.genPrompt)+1)
-	toks = append(toks, l.genPrompt...)
-	toks = append(toks, call.Sampled...)
-	if len(call.Sampled) == 0 || !slices.Contains(l.stops, call.Sampled[len(call.Sampled)-1]) {
-		// A length-truncated reply gets its end marker as prompt context;
-		// the context still extends prompt + sampled.
-		toks = append(toks, l.stops[0])
-	}
-	l.msgs = append(l.msgs, compaction.Message{Role: tokenizer.RoleAssistant, Content: tokenizer.DecodeText(call.Sampled), Tokens: toks})
-	// The context is exactly prev (+ end marker): reuse it rather than
-	// re-render.
-	l.ctx = append(l.prev[:len(l.prev):len(l.prev)], toks[len(l.genPrompt)+len(call.Sampled):]...)
-	l.lastSelected, l.hasCall = call.Call, true
-	l.sampled += len(call.Sampled)
-}
-
-// delta returns the call's stored prompt form against the previous context.
-func (l *loop) delta(prompt []int32) (uint32, []int32) {
-	p := 0
-	if l.prev != nil {
-		n := min(len(l.prev), len(prompt))
-		for p < n && l.prev[p] == prompt[p] {
-			p++
-		}
-	}
-	return uint32(p), slices.Clone(prompt[p:])
-}
-
-// call makes (or replays) one model call.
-func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (runlog.CallFinished, error) {
-	prefix, suffix := l.delta(prompt)
-	idx := l.nextCall
-	if ev := l.peek(); ev != nil {
-		c, ok := ev.(runlog.CallFinished)
-		if !ok {
-			return c, l.diverged("CallFinished")
-		}
-		if c.Call != idx || c.PromptPrefix != prefix || !slices.Equal(c.PromptSuffix, suffix) {
-			return c, Data("resume", fmt.Errorf("%w: call %d (logged %d): prompt differs from the log", ErrDiverged, idx, c.Call))
-		}
-		l.pos++
-		l.nextCall++
-		return c, nil
-	}
-	req := gen.Request{
-		Prompt:      prompt,
-		MaxTokens:   l.s.Limits.MaxTokensPerCall,
-		Temperature: l.s.Sampling.Temperature,
-		TopP:        l.s.Sampling.TopP,
-		TopK:        l.s.Sampling.TopK,
-		Stop:        slices.Clone(l.stops),
-		Seed:        SampleSeed(l.s.Seed, l.s.Rollout, idx),
-	}
-	l.req[0] = req
-	out, err := l.s.Generator.Generate(ctx, l.req[:])
-	if err != nil {
-		return runlog.CallFinished{}, classify("generate", err)
-	}
-	if len(out) != 1 || len(out[0].Tokens) == 0 || len(out[0].Tokens) != len(out[0].Logprobs) {
-		return runlog.CallFinished{}, Data("generate", fmt.Errorf("rollout: generator broke the contract: %d results, want 1 with tokens and one logprob each", len(out)))
-	}
-	r := out[0]
-	c := runlog.CallFinished{
-		Rollout: l.s.Rollout, Attempt: l.s.Attempt, Call: idx,
-		PromptPrefix: prefix, PromptSuffix: suffix,
-		Sampled: slices.Clone(r.Tokens), Logprobs: slices.Clone(r.Logprobs),
-		Finish: r.Finish, Version: r.Version, Selected: true,
-	}
-	if validate != nil {
-		if verr := validate(ctx, l.text(r.Tokens), r.Tokens); verr != nil {
-			c.Selected, c.Reject = false, verr.Error()
-		}
-	}
-	if err := l.record(ctx, c); err != nil {
-		return c, err
-	}
-	l.nextCall++
-	return c, nil
-}
-
-// step applies (or replays) one environment step.
-func (l *loop) step(ctx context.Context, action string) error {
-	turn := uint32(l.turns)
-	var st runlog.EnvStep
-	if ev := l.peek(); ev != nil {
-		s, ok := ev.(runlog.EnvStep)
-		if !ok {
-			return l.diverged("EnvStep")
-		}
-		if s.Turn != turn || s.Action != action {
-			return Data("resume", fmt.Errorf("%w: turn %d: logged action %q, replay has %q", ErrDiverged, turn, s.Action, action))
-		}
-		l.pos++
-		l.pending = append(l.pending, s)
-		l.envStale = true
-		st = s
-	} else {
-		if err := l.syncEnv(ctx); err != nil {
-			return err
-		}
-		res, err := l.envStep(ctx, int(turn), action)
-		if err != nil {
-			return classify("env.step", err)
-		}
-		st = runlog.EnvStep{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Turn: turn, Action: action,
-			Observation: res.Observation, Reward: res.Reward, Done: res.Done}
-		if sn, ok := l.env.(env.Snapshotter); ok {
-			if st.State, err = sn.Snapshot(ctx); err != nil {
-				return classify("env.snapshot", err)
-			}
-		}
-		if err := l.record(ctx, st); err != nil {
-			return err
-		}
-		l.success = res.Success
-	}
-	l.turns++
-	l.reward += st.Reward
-	l.done = st.Done
-	if !st.Done && st.Observation != "" && l.bridged {
-		if err := l.cb.observe(st.Observation, string(l.obsRole)); err != nil {
-			return err
-		}
-	} else if !st.Done && st.Observation != "" {
-		m, err := compaction.NewMessage(l.obsRole, st.Observation)
-		if err != nil {
-			return err
-		}
-		l.appendMsg(m)
-	}
-	return nil
-}
-
-// syncEnv brings the environment to the last logged step: restore its
-// snapshot when it has one, else replay the logged actions (the
-// environment is deterministic), checking every result against the log.
-// A final step is always replayed because Success is not logged.
-func (l *loop) syncEnv(ctx context.Context) error {
-	if !l.envStale {
-		return nil
-	}
-	last := l.pending[len(l.pending)-1]
-	if sn, ok := l.env.(env.Snapshotter); ok && len(last.State) > 0 && !last.Done {
-		if err := sn.Restore(ctx, last.State); err != nil {
-			return classify("env.restore", err)
-		}
-	} else {
-		for _, s := range l.pending {
-			res, err := l.envStep(ctx, int(s.Turn), s.Action)
-			if err != nil {
-				return classify("env.replay", err)
-			}
-			if res.Observation != s.Observation || res.Reward != s.Reward || res.Done != s.Done {
-				return Data("env.replay", fmt.Errorf("%w: turn %d: environment is not deterministic (logged %q/%v/%v, replay %q/%v/%v)",
-					ErrDiverged, s.Turn, s.Observation, s.Reward, s.Done, res.Observation, res.Reward, res.Done))
-			}
-			l.success = res.Success
-		}
-	}
-	l.pending, l.envStale = nil, false
-	return nil
-}
-
-// maybeCompact compacts the context when the next prompt reaches the
-// threshold: at most once per turn, never before the first call, and only
-// when the policy changes something.
-func (l *loop) maybeCompact(ctx context.Context) error {
-	if l.policy == nil || l.thresh <= 0 || !l.hasCall || l.compactedAt == l.turns || len(l.ctx)+1 < l.thresh {
-		return nil
-	}
-	before := len(l.ctx)
-	var res compaction.Result
-	var err error
-	afterCall := l.lastSelected
-	if sp, ok := l.policy.(compaction.Summarizer); ok {
-		if dry, err := sp.Fold(l.msgs, ""); err != nil || !folds(dry) {
-			return err
-		}
-		old := l.msgs
-		req, err := compaction.NewMessage(tokenizer.RoleUser, sp.SummaryRequest())
-		if err != nil {
-			return err
-		}
-		l.appendMsg(req)
-		prompt := l.promptOf(l.ctx)
-		if l.overBudget(len(prompt)) {
-			return errOverBudget
-		}
-		call, err := l.selectCall(ctx, prompt, nil)
-		if err != nil {
-			return err
-		}
-		before = len(l.ctx)
-		afterCall = call.Call
-		if res, err = sp.Fold(old, l.parse(call.Sampled)); err != nil {
-			return Data("compaction", err)
-		}
-	} else {
-		if res, err = l.policy.Compact(l.msgs); err != nil {
-			return Data("compaction", err)
-		}
-		if !res.Changed {
-			return nil
-		}
-	}
-	newCtx := compaction.Render(res.Messages)
-	ev := runlog.Compaction{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Boundary: l.compactions, AfterCall: afterCall,
-		Policy: l.policy.Name(), Lineage: res.Lineage, TokensBefore: uint32(before), TokensAfter: uint32(len(newCtx))}
-	if err := l.declareCompaction(ctx, ev); err != nil {
-		return err
-	}
-	l.msgs, l.ctx, l.prev = res.Messages, newCtx, nil
-	l.compactions++
-	l.compactedAt = l.turns
-	return nil
-}
-
-func folds(r compaction.Result) bool {
-	for _, ln := range r.Lineage {
-		if ln.Op == runlog.OpSummarized {
-			return true
-		}
-	}
-	return false
 }
 
 func (l *loop) seal(ctx context.Context, outcome string) (Result, error) {
@@ -615,21 +368,4 @@ func (l *loop) seal(ctx context.Context, outcome string) (Result, error) {
 	}
 	return Result{Outcome: outcome, Reward: l.reward, Success: l.success, Turns: l.turns, Calls: int(l.nextCall),
 		Compactions: int(l.compactions), Replayed: l.pos}, nil
-}
-
-// declareCompaction logs a compaction boundary, or on resume checks it
-// against the logged one (the byte and chat-template paths share it).
-func (l *loop) declareCompaction(ctx context.Context, ev runlog.Compaction) error {
-	if pev := l.peek(); pev != nil {
-		c, ok := pev.(runlog.Compaction)
-		if !ok {
-			return l.diverged("Compaction")
-		}
-		if c.Boundary != ev.Boundary || c.AfterCall != ev.AfterCall || c.Policy != ev.Policy || !slices.Equal(c.Lineage, ev.Lineage) {
-			return Data("resume", fmt.Errorf("%w: compaction %d differs from the log", ErrDiverged, ev.Boundary))
-		}
-		l.pos++
-		return nil
-	}
-	return l.record(ctx, ev)
 }

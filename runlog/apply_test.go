@@ -2,6 +2,7 @@ package runlog
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -398,5 +399,21 @@ func TestRegenerate(t *testing.T) {
 	}
 	if err := Apply(s, RolloutSealed{Rollout: id, Attempt: 2}); !errors.Is(err, ErrStaleAttempt) {
 		t.Fatalf("late result of the fenced attempt: %v", err)
+	}
+}
+
+// TestIDStrings holds the ids' hand-written forms to their fmt forms.
+func TestIDStrings(t *testing.T) {
+	for _, v := range []uint64{0, 1, 0xf, 0x0123456789abcdef, 1<<64 - 1, 0x8000000000000000} {
+		g := GroupID(v)
+		if got, want := g.String(), fmt.Sprintf("g%016x", v); got != want {
+			t.Fatalf("GroupID(%#x).String() = %q, want %q", v, got, want)
+		}
+		for _, m := range []uint16{0, 7, 65535} {
+			r := RolloutID{Group: g, Member: m}
+			if got, want := r.String(), fmt.Sprintf("g%016x-%d", v, m); got != want {
+				t.Fatalf("RolloutID.String() = %q, want %q", got, want)
+			}
+		}
 	}
 }

@@ -16,7 +16,21 @@ func NewGroupID(seed uint64, epoch uint32, cursor uint64) GroupID {
 }
 
 // String renders the id as "g" followed by 16 lower-case hex digits.
-func (g GroupID) String() string { return fmt.Sprintf("g%016x", uint64(g)) }
+func (g GroupID) String() string {
+	var b [17]byte
+	return string(g.append(b[:0]))
+}
+
+// append appends String's form without fmt: every rollout names its
+// group and itself for its environment's keys.
+func (g GroupID) append(b []byte) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, 'g')
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, hex[uint64(g)>>shift&0xf])
+	}
+	return b
+}
 
 // ParseGroupID parses the form written by GroupID.String.
 func ParseGroupID(s string) (GroupID, error) {
@@ -31,7 +45,10 @@ func ParseGroupID(s string) (GroupID, error) {
 }
 
 // String renders the id as "<group>-<member>", e.g. g0123456789abcdef-3.
-func (r RolloutID) String() string { return fmt.Sprintf("%s-%d", r.Group, r.Member) }
+func (r RolloutID) String() string {
+	var b [24]byte
+	return string(strconv.AppendUint(append(r.Group.append(b[:0]), '-'), uint64(r.Member), 10))
+}
 
 // ParseRolloutID parses the form written by RolloutID.String.
 func ParseRolloutID(s string) (RolloutID, error) {

@@ -103,13 +103,16 @@ func Decode(toks []int32) string {
 // DecodeText returns only the byte tokens of toks as a string, dropping
 // special tokens: the text content of a sampled message.
 func DecodeText(toks []int32) string {
-	b := make([]byte, 0, len(toks))
+	// One allocation: the builder's buffer becomes the string (a []byte
+	// and string(b) cost two on every sampled reply).
+	var b strings.Builder
+	b.Grow(len(toks))
 	for _, t := range toks {
 		if t >= 0 && t < 256 {
-			b = append(b, byte(t))
+			b.WriteByte(byte(t))
 		}
 	}
-	return string(b)
+	return b.String()
 }
 
 // IsSpecial reports whether t is a special token.
