@@ -1,12 +1,14 @@
 package bridge
 
 import (
+	"context"
 	"reflect"
 	"runtime"
 	"slices"
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/chat"
 )
 
 // TestTurnAllocFlat: the memory one turn allocates does not grow with the
@@ -69,6 +71,68 @@ func (h *held) check(tb testing.TB) {
 	for i := range h.turns {
 		if !reflect.DeepEqual(h.turns[i], h.copies[i]) {
 			tb.Fatalf("turn %d, handed out %d turns ago, changed since", i, len(h.turns)-1-i)
+		}
+	}
+}
+
+// hintChat records the reuse hints the bridge passes to a RecyclingChat.
+type hintChat struct {
+	chat.Chat
+	got []tokenizer.Reuse
+}
+
+func (h *hintChat) RenderEncodingInto(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, r tokenizer.Reuse) (*tokenizer.Encoding, error) {
+	h.got = append(h.got, r)
+	return h.Chat.RenderEncodingInto(ctx, msgs, opt, r)
+}
+
+// TestReuseHints: the bridge promises the chat its history unchanged (Keep:
+// the messages before the new ones, for both renders) and tells it how many
+// ids of the recycled encoding it writes into are the history's already
+// (SpareSame); without them a turn compares every message and copies every
+// id again (TestTurnAllocFlat does not see either: neither allocates).
+// Over a 12-turn Qwen3 conversation (a real chat behind a recorder; a user
+// query every fourth turn), from the third turn on both renders are given
+// at least half the history's ids except right after a query, and every
+// prompt equals the full path's.
+func TestReuseHints(t *testing.T) {
+	c := loadChat(t, "qwen3")
+	opt := tokenizer.RenderOptions{Tools: tools, Kwargs: map[string]any{"enable_thinking": true}}
+	msgs := []tokenizer.Message{{Role: "system", Content: "You keep a ledger."}, {Role: "user", Content: "Start."}}
+	hc := &hintChat{Chat: c}
+	fast, err1 := New(context.Background(), hc, Append, opt, msgs)
+	full, err2 := New(context.Background(), c, Append, opt, msgs)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	full.full = true
+	for turn := range 12 {
+		msg, next := assistantTurn(turn, false)
+		sampled := sample(t, c, opt, fast.Messages(), msg)
+		n, prompt := len(fast.Messages()), len(fast.Prompt())
+		hc.got = hc.got[:0]
+		a, errA := fast.Next(context.Background(), sampled, msg, next)
+		b, errB := full.Next(context.Background(), sampled, msg, next)
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("turn %d: fast path differs from the full render", turn)
+		}
+		if len(hc.got) != 2 || hc.got[0].Keep != n || hc.got[1].Keep != n+1 {
+			t.Fatalf("turn %d: %d renders, Keep %v; want 2 renders keeping %d and %d messages", turn, len(hc.got), hc.got, n, n+1)
+		}
+		if turn < 2 || turn%4 == 0 {
+			// no recycled encodings of the history yet; or the turn
+			// before ended with a user query, whose render re-rendered
+			// the turns since the previous query (Qwen3 drops their
+			// <think> blocks): little was left to share
+			continue
+		}
+		for i, r := range hc.got {
+			if r.Spare == nil || r.SpareSame < prompt/2 {
+				t.Fatalf("turn %d render %d: spare %v shares %d ids with the last render, of a %d-token prompt", turn, i, r.Spare != nil, r.SpareSame, prompt)
+			}
 		}
 	}
 }

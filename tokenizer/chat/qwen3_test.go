@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/tokenizer"
@@ -170,4 +171,38 @@ func TestQwen3NativeEqualsTemplate(t *testing.T) {
 		t.Fatalf("%d of %d conversations raised: the test lost its point", errs, n)
 	}
 	t.Logf("%d renders identical to the engine's (%d conversations raised in both, %d extended on the promise)", same, errs, kept)
+}
+
+// TestQwen3KeepUnseen: on the Keep promise the Go rendering takes the kept
+// messages' text from the previous render without looking at them (what
+// makes a turn's cost independent of the history): a message changed
+// behind a broken promise still renders as before, and is seen without
+// the promise.
+func TestQwen3KeepUnseen(t *testing.T) {
+	cfg, err := hf.LoadConfig(tokref.ModelDir(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	native, err := Compile("qwen3", cfg.ChatTemplate, cfg.BOS, cfg.EOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []tokenizer.Message{{Role: "system", Content: "S"}, {Role: "user", Content: "first question"},
+		{Role: "assistant", Content: "answer"}, {Role: "user", Content: "second"}}
+	opt := tokenizer.RenderOptions{AddGenerationPrompt: true}
+	_, prev, err := native.render(msgs, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := append(slices.Clone(msgs), tokenizer.Message{Role: "assistant", Content: "reply"})
+	ext[1].Content = "changed question"
+	for _, keep := range []int{len(msgs), 0} {
+		got, _, err := native.renderOn(native.t, nil, false, ext, opt, prev, keep, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen := strings.Contains(got, "changed question"); seen != (keep == 0) {
+			t.Fatalf("keep %d: the changed message seen %v:\n%s", keep, seen, got)
+		}
+	}
 }
