@@ -119,11 +119,31 @@ type IncrementalChat interface {
 }
 
 // RecyclingChat is an IncrementalChat that can also write the new
-// encoding into the memory of spare, an encoding the caller will never use
-// again (optional): the bridge's two renders per turn then copy the shared
-// history's ids without allocating and clearing them anew, and the text
-// of the unchanged history is not written again (Encoding.TextAt).
+// encoding into the memory of a spare encoding the caller will never use
+// again (optional): the bridge's two renders per turn then neither
+// allocate the ids anew nor copy the part of the history the spare
+// already holds, and the text of the unchanged history is not written
+// again (Encoding.TextAt).
 type RecyclingChat interface {
 	IncrementalChat
-	RenderEncodingInto(ctx context.Context, msgs []Message, opt RenderOptions, prev, spare *Encoding) (*Encoding, error)
+	RenderEncodingInto(ctx context.Context, msgs []Message, opt RenderOptions, r Reuse) (*Encoding, error)
+}
+
+// Reuse is what a RecyclingChat's caller knows about the encodings it
+// passes. The promises are the caller's (a broken one gives a wrong
+// encoding): what lets a turn cost what its new messages cost, not what
+// the history does.
+type Reuse struct {
+	// Prev is the previous render (nil: none).
+	Prev *Encoding
+	// Spare is a dead encoding (never Prev) whose memory may be
+	// overwritten; nil: allocate.
+	Spare *Encoding
+	// Keep: msgs[:Keep] are the first messages Prev was rendered from,
+	// unchanged; the renderer takes their rendering from Prev without
+	// comparing them.
+	Keep int
+	// SpareSame: Spare.IDs[:SpareSame] equal Prev.IDs[:SpareSame] (and so
+	// do their restart points): those ids are not copied again.
+	SpareSame int
 }

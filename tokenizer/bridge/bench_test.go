@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -28,50 +29,16 @@ func BenchmarkBridgeTurn(b *testing.B) {
 	for _, target := range []int{4000, 16000, 32000} {
 		for _, path := range []string{"fast", "engine", "ids", "full"} {
 			b.Run(fmt.Sprintf("tokens=%d/path=%s", target, path), func(b *testing.B) {
-				msgs := []tokenizer.Message{{Role: "system", Content: "You keep a ledger."}, {Role: "user", Content: "Start."}}
-				br, err := New(context.Background(), c, Append, opt, msgs)
-				if err != nil {
-					b.Fatal(err)
-				}
-				// The model writes exactly the template's rendering of its
-				// turn (read off a one-message conversation: Qwen3 renders
-				// the last turn's <think> block and starts the reply after
-				// special tokens, so its tokens do not depend on the
-				// history).
-				reply := func(msg tokenizer.Message) []int32 {
-					r, ok := idealReply(c, opt, []tokenizer.Message{{Role: "user", Content: "x"}}, msg)
-					if !ok {
-						b.Fatal("no ideal reply")
-					}
-					return r
-				}
-				filler := strings.Repeat("The ledger balance is carried forward; 帳簿 ✓. ", 8)
-				for i := 0; len(br.Prompt()) < target; i++ {
-					msg, next := assistantTurn(i, false)
-					msg.Content = filler
-					if _, err := br.Next(context.Background(), reply(msg), msg, next); err != nil {
-						b.Fatal(err)
-					}
-				}
-				msg, next := assistantTurn(1, false)
-				sampled := reply(msg)
-				saved := *br
-				saved.full, saved.idsOnly = path == "full", path == "ids"
+				br, sampled, msg, next := ledger(b, c, opt, target)
+				br.full, br.idsOnly = path == "full", path == "ids"
 				if path != "fast" {
-					saved.chat = chat.Chat{Template: c.Template.(*chat.Template).EngineOnly(), Tok: c.Tok}
+					br.chat = chat.Chat{Template: c.Template.(*chat.Template).EngineOnly(), Tok: c.Tok}
 				}
+				turn := replay(b, br, sampled, msg, next)
 				b.ResetTimer()
 				cpu0 := cpuTime()
 				for b.Loop() {
-					// Each turn starts from the same state; the record and
-					// message list grow in place as in a live rollout (the
-					// same values land in saved's spare capacity every
-					// time), and the recycled encodings are the copy's own.
-					cp := saved
-					cp.spare = slices.Clone(saved.spare)
-					if _, err := cp.Next(context.Background(), sampled, msg, next); err != nil {
-						b.Fatal(err)
-					}
+					turn()
 				}
 				// CPU time per turn (the process's, GC included): on a
 				// shared machine wall time (ns/op) mostly measures the
@@ -82,6 +49,75 @@ func BenchmarkBridgeTurn(b *testing.B) {
 			})
 		}
 	}
+}
+
+// ledger is the benchmark's conversation (Qwen3, append mode) grown to
+// about target tokens, and the turn to measure on it: a tool call and its
+// result.
+func ledger(tb testing.TB, c chat.Chat, opt tokenizer.RenderOptions, target int) (br *Bridge, sampled []int32, msg tokenizer.Message, next []tokenizer.Message) {
+	tb.Helper()
+	msgs := []tokenizer.Message{{Role: "system", Content: "You keep a ledger."}, {Role: "user", Content: "Start."}}
+	br, err := New(context.Background(), c, Append, opt, msgs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// The model writes exactly the template's rendering of its turn (read
+	// off a one-message conversation: Qwen3 renders the last turn's
+	// <think> block and starts the reply after special tokens, so its
+	// tokens do not depend on the history).
+	reply := func(msg tokenizer.Message) []int32 {
+		r, ok := idealReply(c, opt, []tokenizer.Message{{Role: "user", Content: "x"}}, msg)
+		if !ok {
+			tb.Fatal("no ideal reply")
+		}
+		return r
+	}
+	filler := strings.Repeat("The ledger balance is carried forward; 帳簿 ✓. ", 8)
+	for i := 0; len(br.Prompt()) < target; i++ {
+		msg, next := assistantTurn(i, false)
+		msg.Content = filler
+		if _, err := br.Next(context.Background(), reply(msg), msg, next); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	msg, next = assistantTurn(1, false)
+	return br, reply(msg), msg, next
+}
+
+// replay returns the measured turn on br, run on a copy of br each time
+// as a live rollout would run it on br: the record and the message list
+// grow in place (the same values land in br's spare capacity every time)
+// and the two renders write into br's spare encodings, which then hold
+// this turn's renders: what they share with br's last is lowered to that
+// after a first run. Both runs are checked against the full path.
+func replay(tb testing.TB, br *Bridge, sampled []int32, msg tokenizer.Message, next []tokenizer.Message) func() Turn {
+	tb.Helper()
+	saved := *br
+	saved.spare = slices.Clone(br.spare)
+	run := func() Turn {
+		cp := saved
+		cp.spare = slices.Clone(saved.spare)
+		t, err := cp.Next(context.Background(), sampled, msg, next)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return t
+	}
+	ref := saved
+	ref.full, ref.spare = true, nil
+	want, err := ref.Next(context.Background(), sampled, msg, next)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := range 2 {
+		if got := run(); !reflect.DeepEqual(got, want) {
+			tb.Fatalf("run %d: the measured turn differs from the full path's", i)
+		}
+		for k, s := range saved.spare {
+			saved.spare[k].same = min(s.same, lcp(s.e.IDs, saved.last.IDs))
+		}
+	}
+	return run
 }
 
 // cpuTime is the process's user+system CPU time in nanoseconds.

@@ -17,6 +17,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/longhaul-rl/longhaul/tokenizer"
@@ -62,13 +63,15 @@ type Bridge struct {
 	// last is the latest full render's encoding, reused by an
 	// IncrementalChat so a turn re-encodes only the changed tail.
 	last *tokenizer.Encoding
-	// spare is a dead encoding (the previous turn's render without the
-	// new messages, or the one before last) whose memory the next render
+	// spare are dead encodings (the previous turn's render without the
+	// new messages, the one before last) whose memory the next renders
 	// may overwrite (tokenizer.RecyclingChat); never last.
-	spare []*tokenizer.Encoding
+	spare []spareEnc
 	// eq: record[:eq] equals last.IDs[:eq] (the parts of a new render
 	// reused from last need no comparison with the record).
 	eq int
+	// ins holds append mode's Inserted tokens across turns (see kept).
+	ins kept
 	// full disables reuse: every render converts and encodes the whole
 	// conversation (the reference path the fast one is tested and
 	// benchmarked against); idsOnly reuses ids but not template values
@@ -76,9 +79,20 @@ type Bridge struct {
 	full, idsOnly bool
 }
 
+// spareEnc is a dead encoding whose first same ids equal last's: the ids
+// a render into it need not copy again (each render's ids are mostly the
+// history's, reused from the render before).
+type spareEnc struct {
+	e    *tokenizer.Encoding
+	same int
+}
+
 // render renders msgs, reusing prev when the chat is incremental, and
-// writing into a spare encoding when it recycles.
-func (b *Bridge) render(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) ([]int32, *tokenizer.Encoding, error) {
+// writing into a spare encoding when it recycles. msgs[:keep] are the
+// messages prev was rendered from (the bridge's own history, which it
+// never changes: see tokenizer.RecyclingChat); prev's first asLast ids
+// equal last's.
+func (b *Bridge) render(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding, keep, asLast int) ([]int32, *tokenizer.Encoding, error) {
 	if ic, ok := b.chat.(tokenizer.IncrementalChat); ok && !b.full {
 		if b.idsOnly && prev != nil {
 			p := *prev
@@ -88,11 +102,12 @@ func (b *Bridge) render(ctx context.Context, msgs []tokenizer.Message, opt token
 		var e *tokenizer.Encoding
 		var err error
 		if rc, ok := ic.(tokenizer.RecyclingChat); ok && !b.idsOnly {
-			var spare *tokenizer.Encoding
+			r := tokenizer.Reuse{Prev: prev, Keep: keep}
 			if n := len(b.spare); n > 0 {
-				spare, b.spare = b.spare[n-1], b.spare[:n-1]
+				r.Spare, r.SpareSame = b.spare[n-1].e, min(b.spare[n-1].same, asLast)
+				b.spare = b.spare[:n-1]
 			}
-			e, err = rc.RenderEncodingInto(ctx, msgs, opt, prev, spare)
+			e, err = rc.RenderEncodingInto(ctx, msgs, opt, r)
 		} else {
 			e, err = ic.RenderEncoding(ctx, msgs, opt, prev)
 		}
@@ -119,7 +134,9 @@ func New(ctx context.Context, chat tokenizer.Chat, mode History, opt tokenizer.R
 // modify it.
 func (b *Bridge) Prompt() []int32 { return slices.Clip(b.record) }
 
-// Messages returns the conversation so far.
+// Messages returns the conversation so far; the caller must not modify
+// it (the renders take the history's rendering on trust:
+// tokenizer.Reuse.Keep).
 func (b *Bridge) Messages() []tokenizer.Message { return slices.Clip(b.msgs) }
 
 // Turn is the outcome of one Next.
@@ -139,12 +156,21 @@ type Turn struct {
 // message the template would render for it) and the new messages (tool
 // results, the next user message), and returns the next prompt.
 //
+// Next keeps msg and next (and what their slices hold): the caller must
+// not modify them afterwards.
+//
 // The per-turn cost does not grow with the history where the chat is a
 // tokenizer.RecyclingChat: the message list and the record grow in place
-// (the slices handed out are capped, so a caller's append copies), the two
-// renders reuse the previous one's text and ids and write into recycled
-// memory, and the record is compared with the fresh render only past the
-// prefix known to be equal (eq, the renders' Reused).
+// (the slices handed out are capped, so a caller's append copies); the two
+// renders take the history's messages from the previous render unseen
+// (Reuse.Keep), reuse its text and ids, and write into recycled memory
+// that already holds most of the history's ids (Reuse.SpareSame); the
+// record is compared with the fresh render only past the prefix known to
+// be equal (eq, the renders' Reused); and a divergence that spans the
+// history (Qwen3's dropped <think> blocks, in append mode) hands out
+// Inserted tokens kept from the turn before (kept). What remains is
+// proportional to the tokens since the last user query (the diff's
+// common suffix, Qwen3's re-rendered turns when a query arrives).
 func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Message, next []tokenizer.Message) (Turn, error) {
 	// b.msgs's spare capacity is the bridge's own: hist is all's prefix
 	all := append(append(b.msgs, msg), next...)
@@ -152,11 +178,11 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 	closed := b.opt
 	closed.AddGenerationPrompt = false
 	prevLast := b.last
-	h, hEnc, err := b.render(ctx, hist, closed, b.last)
+	h, hEnc, err := b.render(ctx, hist, closed, b.last, len(b.msgs), math.MaxInt)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render without new messages: %w", err)
 	}
-	f, fEnc, err := b.render(ctx, all, b.opt, hEnc)
+	f, fEnc, err := b.render(ctx, all, b.opt, hEnc, len(hist), reused(hEnc))
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render with new messages: %w", err)
 	}
@@ -207,16 +233,67 @@ func (b *Bridge) Next(ctx context.Context, sampled []int32, msg tokenizer.Messag
 		return Turn{}, fmt.Errorf("bridge: the template re-renders history in a way the new messages cannot be separated from; set tokenizer.history: rerender")
 	}
 	b.eq = len(t.Prompt)
+	// f[:stable] equals the previous turn's f (f reused h's ids, h
+	// reused last's).
+	b.ins.advance(min(reused(hEnc), reused(fEnc)))
 	if t.Diverged != nil && t.Boundary == nil {
 		b.eq = t.Diverged.Prefix
 		// Inserted would share memory with f, which a later render
-		// overwrites.
-		t.Diverged.Inserted = slices.Clip(slices.Clone(t.Diverged.Inserted))
+		// overwrites: the tokens are kept in the bridge's own memory
+		// (the reference path copies them each time).
+		if b.full {
+			t.Diverged.Inserted = slices.Clip(slices.Clone(t.Diverged.Inserted))
+		} else {
+			t.Diverged.Inserted = b.ins.take(f, t.Diverged.Prefix, t.Diverged.Prefix+len(t.Diverged.Inserted))
+		}
 	}
 	b.msgs, b.record, b.last = all, t.Prompt, fEnc
 	t.Prompt = slices.Clip(t.Prompt)
-	b.recycle(prevLast, hEnc)
+	// what the dead encodings share with the new last: f[:rf] is h's,
+	// h[:rh] the old last's
+	rh, rf := reused(hEnc), reused(fEnc)
+	b.recycle(min(rh, rf), spareEnc{prevLast, min(rh, rf)}, spareEnc{hEnc, rf})
 	return t, nil
+}
+
+// kept is a copy of a stretch of the latest full render, f[from:from+ok],
+// from which append mode's Inserted tokens are handed out. Once the
+// record has diverged (Qwen3 drops the <think> blocks before the last
+// user query: the hunk spans the history) every turn's Inserted is the
+// same stretch of the render, or it extends it: the copy is then
+// extended in place (amortised) instead of copying the whole hunk each
+// turn. Memory handed out is never written again: buf only grows past
+// its length (the most ever handed out), or is replaced.
+type kept struct {
+	buf      []int32
+	from, ok int
+}
+
+// advance is called once per render of the conversation: its first
+// stable ids equal the previous render's.
+func (k *kept) advance(stable int) { k.ok = max(0, min(k.ok, stable-k.from)) }
+
+// take returns f[p:e] in memory no render writes.
+func (k *kept) take(f []int32, p, e int) []int32 {
+	n := e - p
+	if n == 0 {
+		return f[p:p:p] // empty, not nil, as the diff's other slices
+	}
+	if p != k.from {
+		*k = kept{from: p}
+	}
+	switch {
+	case n <= k.ok:
+	case k.ok == len(k.buf):
+		k.buf = append(k.buf, f[p+k.ok:e]...)
+		k.ok = n
+	default:
+		// the known stretch ends before what was handed out: writing
+		// there would change an earlier turn's Inserted
+		k.buf = append(make([]int32, 0, n+n/4), f[p:e]...)
+		k.ok = n
+	}
+	return k.buf[:n:n]
 }
 
 func reused(e *tokenizer.Encoding) int {
@@ -226,11 +303,15 @@ func reused(e *tokenizer.Encoding) int {
 	return e.Reused
 }
 
-// recycle keeps dead encodings for the next renders to write into.
-func (b *Bridge) recycle(dead ...*tokenizer.Encoding) {
-	for _, e := range dead {
-		if e != nil && e != b.last && len(b.spare) < 4 {
-			b.spare = append(b.spare, e)
+// recycle keeps dead encodings for the next renders to write into, once
+// a new last was made whose first stable ids equal the old last's.
+func (b *Bridge) recycle(stable int, dead ...spareEnc) {
+	for i := range b.spare {
+		b.spare[i].same = min(b.spare[i].same, stable)
+	}
+	for _, d := range dead {
+		if d.e != nil && d.e != b.last && len(b.spare) < 4 {
+			b.spare = append(b.spare, d)
 		}
 	}
 }
@@ -244,16 +325,16 @@ func (b *Bridge) Add(ctx context.Context, next []tokenizer.Message) (Turn, error
 	closed := b.opt
 	closed.AddGenerationPrompt = false
 	prevLast := b.last
-	h, hEnc, err := b.render(ctx, b.msgs, closed, b.last)
+	h, hEnc, err := b.render(ctx, b.msgs, closed, b.last, len(b.msgs), math.MaxInt)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render without the generation prompt: %w", err)
 	}
-	g, gEnc, err := b.render(ctx, b.msgs, b.opt, hEnc)
+	g, gEnc, err := b.render(ctx, b.msgs, b.opt, hEnc, len(b.msgs), reused(hEnc))
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render with the generation prompt: %w", err)
 	}
 	all := append(slices.Clone(b.msgs), next...)
-	f, fEnc, err := b.render(ctx, all, b.opt, hEnc)
+	f, fEnc, err := b.render(ctx, all, b.opt, hEnc, len(b.msgs), 0)
 	if err != nil {
 		return Turn{}, fmt.Errorf("bridge: render with new messages: %w", err)
 	}
@@ -284,9 +365,12 @@ func (b *Bridge) Add(ctx context.Context, next []tokenizer.Message) (Turn, error
 		return Turn{}, fmt.Errorf("bridge: the template does not render the new messages after the history's generation prompt; set tokenizer.history: rerender")
 	}
 	b.eq = lcp(t.Prompt, f)
+	b.ins.advance(min(reused(hEnc), reused(fEnc)))
 	b.msgs, b.record, b.last = all, t.Prompt, fEnc
 	t.Prompt = slices.Clip(t.Prompt)
-	b.recycle(prevLast, hEnc, gEnc)
+	// once per compaction: what the dead encodings share with the new
+	// last is not worked out
+	b.recycle(0, spareEnc{e: prevLast}, spareEnc{e: hEnc}, spareEnc{e: gEnc})
 	return t, nil
 }
 

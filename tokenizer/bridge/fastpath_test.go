@@ -79,6 +79,7 @@ func TestFastPathEqualsFullRender(t *testing.T) {
 						t.Fatal(err1, err2)
 					}
 					full.full = true
+					var kept held
 					for turn := 0; turn < turns; turn++ {
 						msg, next := genTurn(r, pick, s.model != "deepseek_v3" && len(opt.Tools) > 0, turn)
 						if s.kwargs["enable_thinking"] == false {
@@ -103,6 +104,8 @@ func TestFastPathEqualsFullRender(t *testing.T) {
 						if !reflect.DeepEqual(a, b) {
 							t.Fatalf("conv %d turn %d: fast path differs from the full render:\nfast %+v\nfull %+v", conv, turn, a, b)
 						}
+						kept.add(a)
+						kept.check(t)
 						o := opt
 						o.AddGenerationPrompt = true
 						want, err := ref.RenderTokens(context.Background(), fast.Messages(), o)
@@ -226,14 +229,44 @@ func TestAdd(t *testing.T) {
 }
 
 // TestFastPathHistoryRewrite: a template that rewrites the start of the
-// conversation on every turn (a message count in its first line) makes
-// each fresh render differ from the previous one before the record's
-// known-equal prefix: the fast path must find that difference (it compares
-// from where the renders reused ids, not from where the record last
-// agreed) and report the same divergence and boundary as the full path.
+// conversation on every turn (a message count in its first line, or after
+// a fixed system turn, so that the renders share a few ids before it)
+// makes each fresh render differ from the previous one before the
+// record's known-equal prefix: the fast path must find that difference (it
+// compares from where the renders reused ids, not from where the record
+// last agreed) and report the same divergence and boundary as the full
+// path. In append mode the diverged hunk starts at the count on every
+// turn while its tokens change: Inserted must not come from the tokens
+// kept from an earlier turn (Bridge.ins), nor may keeping them change a
+// turn handed out earlier.
+//
+// The third template starts with the first letter of the last message,
+// and the turns' messages start with a, a, b, b, ...: the render without
+// the new messages differs from the start on every other turn while the
+// turn before shared everything, so the render with them must not take
+// ids from a spare encoding that only the previous renders shared.
 func TestFastPathHistoryRewrite(t *testing.T) {
+	count := func(turn int) (string, string) { return fmt.Sprintf("%d", turn), "next" }
+	letter := func(turn int) (string, string) {
+		c := string(rune('a' + turn/2%2))
+		return c + " is my letter", c + " is yours"
+	}
+	for _, c := range []struct {
+		header string
+		words  func(turn int) (reply, next string)
+		every  bool // every turn's render differs from the record
+	}{
+		{"{{ messages | length }} messages\n", count, true},
+		{"<|im_start|>system\nYou count the messages of this conversation, one by one.<|im_end|>\n{{ messages | length }} messages\n", count, true},
+		{"{{ messages[-1].content[:1] }}\n", letter, false},
+	} {
+		testHistoryRewrite(t, c.header, c.words, c.every)
+	}
+}
+
+func testHistoryRewrite(t *testing.T, header string, words func(turn int) (reply, next string), every bool) {
 	q := loadChat(t, "qwen3")
-	tm, err := chat.Compile("count.jinja", "{{ messages | length }} messages\n{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"+
+	tm, err := chat.Compile("count.jinja", header+"{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"+
 		"{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}", "", "")
 	if err != nil {
 		t.Fatal(err)
@@ -247,21 +280,25 @@ func TestFastPathHistoryRewrite(t *testing.T) {
 			t.Fatal(err1, err2)
 		}
 		full.full = true
+		var kept held
 		for turn := range 12 {
-			msg := tokenizer.Message{Role: "assistant", Content: fmt.Sprintf("%d", turn)}
+			reply, user := words(turn)
+			msg := tokenizer.Message{Role: "assistant", Content: reply}
 			sampled := append(q.Tok.Encode(msg.Content), q.Tok.StopTokens()[0])
-			next := []tokenizer.Message{{Role: "user", Content: "next"}}
+			next := []tokenizer.Message{{Role: "user", Content: user}}
 			a, errA := fast.Next(context.Background(), sampled, msg, next)
 			b, errB := full.Next(context.Background(), sampled, msg, next)
 			if errA != nil || errB != nil {
 				t.Fatal(errA, errB)
 			}
-			if a.Diverged == nil {
-				t.Fatalf("%s turn %d: the rewritten count was not noticed", mode, turn)
+			if a.Diverged == nil && every {
+				t.Fatalf("%s turn %d: the rewritten start was not noticed", mode, turn)
 			}
 			if !reflect.DeepEqual(a, b) {
 				t.Fatalf("%s turn %d: fast path differs from the full render:\nfast %+v\nfull %+v", mode, turn, a, b)
 			}
+			kept.add(a)
+			kept.check(t)
 		}
 	}
 }

@@ -107,22 +107,27 @@ type values struct {
 // render renders msgs reusing prev's values for the messages it shares
 // with msgs (compared field by field), and returns the values it used.
 func (t *Template) render(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values) (string, *values, error) {
-	return t.renderOn(t.t, nil, false, msgs, opt, prev)
+	return t.renderOn(t.t, nil, false, msgs, opt, prev, 0, nil)
 }
 
 // renderOn renders with tmpl; line, when not nil, is the line tracker of
 // a located render (tmpl is then t.located). partial allows a Go rendering
-// to return the text from values.textAt on only.
-func (t *Template) renderOn(tmpl *jinja.Template, line *int, partial bool, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values) (string, *values, error) {
+// to return the text from values.textAt on only. keep and into are
+// renderQwen3's: msgs[:keep] are prev's first messages, unchanged; into is
+// a dead state whose memory may be reused.
+func (t *Template) renderOn(tmpl *jinja.Template, line *int, partial bool, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *values, keep int, into *values) (string, *values, error) {
 	if !t.reusable {
 		prev = nil
 	}
 	if t.qwen3 && !t.engineOnly && qwen3Applies(msgs, opt) {
-		var pq *qwenState
+		var pq, iq *qwenState
 		if prev != nil {
 			pq = prev.qwen
 		}
-		s, at, q, same, err := t.renderQwen3(msgs, opt, pq, partial)
+		if into != nil && into != prev {
+			iq = into.qwen
+		}
+		s, at, q, same, err := t.renderQwen3(msgs, opt, pq, partial, keep, iq)
 		if err != nil {
 			return "", nil, err
 		}
@@ -186,7 +191,7 @@ func (t *Template) renderOn(tmpl *jinja.Template, line *int, partial bool, msgs 
 			// Run again with line markers (fresh values: a template may
 			// have changed them before failing) to name the line.
 			var at int
-			_, _, lerr := t.renderOn(t.located, &at, false, msgs, opt, nil)
+			_, _, lerr := t.renderOn(t.located, &at, false, msgs, opt, nil, 0, nil)
 			if lerr != nil && at > 0 {
 				err = &LineError{Line: at, Err: err}
 				return "", nil, fmt.Errorf("chat: %s: chat_template %w", t.name, err)
@@ -363,7 +368,7 @@ type incremental interface {
 // recycling is an incremental tokenizer that takes the renderer's
 // known-equal prefix and a spare encoding (tokenizer/hf).
 type recycling interface {
-	EncodeFromInto(prev *tokenizer.Encoding, text string, textAt, same int, spare *tokenizer.Encoding) (*tokenizer.Encoding, bool)
+	EncodeFromInto(prev *tokenizer.Encoding, text string, textAt, same int, spare *tokenizer.Encoding, spareSame int) (*tokenizer.Encoding, bool)
 }
 
 // RenderEncoding renders msgs and encodes the text reusing prev: the
@@ -372,25 +377,31 @@ type recycling interface {
 // (when the tokenizer is incremental). The result equals RenderTokens'
 // (TestFastPathEqualsFullRender, TestRenderEncodingReuse).
 func (c Chat) RenderEncoding(ctx context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *tokenizer.Encoding) (*tokenizer.Encoding, error) {
-	return c.RenderEncodingInto(ctx, msgs, opt, prev, nil)
+	return c.RenderEncodingInto(ctx, msgs, opt, tokenizer.Reuse{Prev: prev})
 }
 
-// RenderEncodingInto is RenderEncoding writing into spare (see
+// RenderEncodingInto is RenderEncoding writing into r.Spare (see
 // tokenizer.RecyclingChat) when the tokenizer supports it; the encoding's
-// text may then start at TextAt.
-func (c Chat) RenderEncodingInto(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev, spare *tokenizer.Encoding) (*tokenizer.Encoding, error) {
+// text may then start at TextAt. Qwen3's Go rendering takes the messages
+// before r.Keep from prev without comparing them.
+func (c Chat) RenderEncodingInto(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, r tokenizer.Reuse) (*tokenizer.Encoding, error) {
+	prev, spare, keep := r.Prev, r.Spare, r.Keep
 	rc, recycles := c.Tok.(recycling)
 	tm, _ := c.Template.(*Template)
-	var pv *values
+	var pv, into *values
 	if prev != nil {
 		pv, _ = prev.State.(*values)
+	}
+	if recycles && spare != nil && spare != prev {
+		// read before the tokenizer clears spare
+		into, _ = spare.State.(*values)
 	}
 	render := func(partial bool) (string, *values, error) {
 		if tm == nil {
 			s, err := c.Template.Render(msgs, opt)
 			return s, &values{}, err
 		}
-		s, v, err := tm.renderOn(tm.t, nil, partial, msgs, opt, pv)
+		s, v, err := tm.renderOn(tm.t, nil, partial, msgs, opt, pv, keep, into)
 		if err == nil && pv == nil {
 			v.same = 0
 		}
@@ -404,13 +415,13 @@ func (c Chat) RenderEncodingInto(_ context.Context, msgs []tokenizer.Message, op
 	switch inc := c.Tok.(type) {
 	case recycling:
 		var ok bool
-		if e, ok = rc.EncodeFromInto(prev, s, v.textAt, v.same, spare); !ok {
+		if e, ok = rc.EncodeFromInto(prev, s, v.textAt, v.same, spare, r.SpareSame); !ok {
 			// prev's text does not reach back to where the restart
 			// point is: render the whole text
 			if s, v, err = render(false); err != nil {
 				return nil, err
 			}
-			e, _ = rc.EncodeFromInto(prev, s, 0, v.same, spare)
+			e, _ = rc.EncodeFromInto(prev, s, 0, v.same, spare, r.SpareSame)
 		}
 	case incremental:
 		e = inc.EncodeFrom(prev, s)

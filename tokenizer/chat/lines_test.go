@@ -141,7 +141,7 @@ func TestLineMarksKeepRealTemplates(t *testing.T) {
 			t.Fatal(err)
 		}
 		at := 0
-		got, _, err := tm.EngineOnly().renderOn(tm.located, &at, false, msgs, tokenizer.RenderOptions{AddGenerationPrompt: true}, nil)
+		got, _, err := tm.EngineOnly().renderOn(tm.located, &at, false, msgs, tokenizer.RenderOptions{AddGenerationPrompt: true}, nil, 0, nil)
 		if err != nil || at == 0 {
 			t.Fatalf("%s: marked render: %v (line %d)", model, err, at)
 		}

@@ -68,8 +68,13 @@ type qwenState struct {
 	toolsRaw [][]byte
 	system   *tokenizer.Message
 	header   string
-	chunks   []*qwenChunk // shared between states: never modified
-	textAt   int          // the render's text was written from this byte on
+	chunks   []*qwenChunk // the chunks are shared between states: never modified
+	// cum[i] is the length of the text of chunks[:i] (len(chunks)+1
+	// entries): where a chunk's text starts without summing the history.
+	cum []int
+	// query is the index of the last user query, -1 if there is none.
+	query  int
+	textAt int // the render's text was written from this byte on
 }
 
 // qwen3Applies: the native path renders exactly what the template does
@@ -90,23 +95,76 @@ func qwen3Applies(msgs []tokenizer.Message, opt tokenizer.RenderOptions) bool {
 // render (its header and the messages before the first re-rendered one).
 // With partial, the text is written only from there (textAt) when prev's
 // own text reaches back that far.
-func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *qwenState, partial bool) (text string, textAt int, _ *qwenState, same int, _ error) {
+//
+// keep is the caller's promise that msgs[:keep] are the first messages
+// prev was rendered from, unchanged: their chunks are taken from prev
+// without comparing them, except those whose facts the new messages
+// change (the one before the first new message, prev's last, and those
+// between the old and the new last user query), so the cost follows the
+// new messages, not the history. into, when not nil, is a dead state
+// whose arrays this render may overwrite (never prev).
+func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOptions, prev *qwenState, partial bool, keep int, into *qwenState) (text string, textAt int, _ *qwenState, same int, _ error) {
 	// Messages first, then tools: the engine path converts (and refuses)
 	// them in that order.
 	st := &qwenState{}
+	if prev == nil {
+		keep = 0
+	} else {
+		keep = max(0, min(keep, len(msgs), len(prev.chunks)))
+	}
 	// The last user query: scanning back, the first user message that is
 	// not a tool response (the whole conversation's last index if none).
-	query := len(msgs) - 1
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if m := msgs[i]; m.Role == "user" && !(strings.HasPrefix(m.Content, "<tool_response>") && strings.HasSuffix(m.Content, "</tool_response>")) {
-			query = i
+	isQuery := func(m tokenizer.Message) bool {
+		return m.Role == "user" && !(strings.HasPrefix(m.Content, "<tool_response>") && strings.HasSuffix(m.Content, "</tool_response>"))
+	}
+	st.query = -1
+	for i := len(msgs) - 1; i >= keep; i-- {
+		if isQuery(msgs[i]) {
+			st.query = i
 			break
 		}
 	}
-	st.chunks = make([]*qwenChunk, len(msgs))
-	size := 0
-	reused := 0 // leading chunks taken from prev
-	for i, m := range msgs {
+	if st.query < 0 && keep > 0 {
+		if prev.query < keep {
+			st.query = prev.query // prev's last query, or none in prev
+		} else {
+			for i := keep - 1; i >= 0; i-- {
+				if isQuery(msgs[i]) {
+					st.query = i
+					break
+				}
+			}
+		}
+	}
+	query := st.query
+	if query < 0 {
+		query = len(msgs) - 1
+	}
+	if into != nil && into != prev && cap(into.chunks) >= len(msgs) && cap(into.cum) > len(msgs) {
+		st.chunks, st.cum = into.chunks[:len(msgs)], into.cum[:len(msgs)+1]
+	} else {
+		st.chunks, st.cum = make([]*qwenChunk, len(msgs), len(msgs)+len(msgs)/4), make([]int, len(msgs)+1, len(msgs)+1+len(msgs)/4)
+	}
+	// lo: chunks before it are prev's, unchanged by the promise and by
+	// their facts.
+	lo := 0
+	if keep > 0 {
+		lo = keep - 1 // not prev's last (keep <= len(prev.chunks))
+		pq := prev.query
+		if pq < 0 {
+			pq = len(prev.chunks) - 1
+		}
+		if pq != query {
+			lo = min(lo, min(pq, query)+1)
+		}
+		lo = max(lo, 0)
+		copy(st.chunks[:lo], prev.chunks[:lo])
+		copy(st.cum[:lo+1], prev.cum[:lo+1])
+	}
+	st.cum[0] = 0
+	reused := lo // leading chunks taken from prev
+	for i := lo; i < len(msgs); i++ {
+		m := msgs[i]
 		var f uint8
 		if i == len(msgs)-1 {
 			f |= factLast
@@ -135,8 +193,9 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 			}
 			st.chunks[i] = &qwenChunk{msg: m, facts: f, text: text}
 		}
-		size += len(st.chunks[i].text)
+		st.cum[i+1] = st.cum[i] + len(st.chunks[i].text)
 	}
+	size := st.cum[len(msgs)]
 	// Header: tools and the first system message.
 	var sys *tokenizer.Message
 	if msgs[0].Role == "system" {
@@ -178,10 +237,7 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 	}
 	size += len(st.header)
 	if headerReused {
-		same = len(st.header)
-		for _, c := range st.chunks[:reused] {
-			same += len(c.text)
-		}
+		same = len(st.header) + st.cum[reused]
 	}
 	from := 0 // first chunk written; -1: the header too
 	if partial && headerReused && reused > 0 && prev.textAt <= same {

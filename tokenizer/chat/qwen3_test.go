@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/tokenizer"
@@ -60,8 +61,11 @@ func TestQwen3NativeEqualsTemplate(t *testing.T) {
 	if tokref.Full() {
 		n = 3000
 	}
-	var prev *values
-	same, errs := 0, 0
+	// prev is the state of the latest render, dead one whose arrays a
+	// render may reuse (renderQwen3's into).
+	var prev, dead *values
+	replace := func(v *values) { dead, prev = prev, v }
+	same, errs, kept := 0, 0, 0
 	for i := 0; i < n; i++ {
 		msgs, tools := Conversation(r, text, false)
 		for j := range msgs {
@@ -90,6 +94,8 @@ func TestQwen3NativeEqualsTemplate(t *testing.T) {
 			opt.Kwargs = map[string]any{"enable_thinking": false}
 		}
 		want, werr := engine.Render(msgs, opt)
+		msgsText := want
+		rendered := false // prev is the render of msgs
 		for _, p := range []*values{nil, prev} {
 			got, v, gerr := native.render(msgs, opt, p)
 			if (werr == nil) != (gerr == nil) {
@@ -110,24 +116,93 @@ func TestQwen3NativeEqualsTemplate(t *testing.T) {
 				t.Fatalf("conversation %d: not rendered by the Go path", i)
 			}
 			same++
-			prev = v
+			replace(v)
+			rendered = true
 		}
-		// the next conversation often extends or edits this one
+		// the next conversation often extends or edits this one: rendered
+		// from msgs' state comparing every message, and (when that state
+		// is msgs') on the bridge's promise that the messages before the
+		// cut are msgs' (keep), taking them from the state unseen; into a
+		// dead state's arrays, or offered prev's own (which must not be
+		// written)
 		if r.IntN(2) == 0 && len(msgs) > 1 {
-			ext := slices.Clone(msgs[:1+r.IntN(len(msgs))])
-			ext = append(ext, tokenizer.Message{Role: []string{"user", "tool", "assistant"}[r.IntN(3)], Content: text()})
+			cut := 1 + r.IntN(len(msgs))
+			ext := slices.Clone(msgs[:cut])
+			for range 1 + r.IntN(3) {
+				ext = append(ext, tokenizer.Message{Role: []string{"user", "tool", "assistant"}[r.IntN(3)], Content: text(), ReasoningContent: []string{"", text()}[r.IntN(2)]})
+			}
 			want, werr := engine.Render(ext, opt)
-			got, v, gerr := native.render(ext, opt, prev)
-			if (werr == nil) != (gerr == nil) || werr == nil && got != want {
-				t.Fatalf("conversation %d extended: differs (errors %v / %v)", i, werr, gerr)
+			keeps := []int{0}
+			if rendered {
+				keeps = append(keeps, cut)
+			}
+			var v *values
+			for _, keep := range keeps {
+				into := dead
+				if r.IntN(4) == 0 {
+					into = prev
+				}
+				var got string
+				var gerr error
+				got, v, gerr = native.renderOn(native.t, nil, false, ext, opt, prev, keep, into)
+				if (werr == nil) != (gerr == nil) || werr == nil && got != want {
+					t.Fatalf("conversation %d extended (keep %d): differs (errors %v / %v)", i, keep, werr, gerr)
+				}
+				if keep > 0 && werr == nil {
+					kept++
+				}
+			}
+			if rendered {
+				// prev was offered as into, and taken on its word that
+				// nothing changed: it must still render msgs
+				if got, _, err := native.renderOn(native.t, nil, false, msgs, opt, prev, len(msgs), nil); err != nil || got != msgsText {
+					t.Fatalf("conversation %d: the state was changed by a later render (error %v)", i, err)
+				}
 			}
 			if v != nil {
-				prev = v
+				replace(v)
 			}
 		}
+	}
+	if kept < n/8 {
+		t.Fatalf("only %d renders on the promise of unchanged messages: the test lost its point", kept)
 	}
 	if errs > n/4 {
 		t.Fatalf("%d of %d conversations raised: the test lost its point", errs, n)
 	}
-	t.Logf("%d renders identical to the engine's (%d conversations raised in both)", same, errs)
+	t.Logf("%d renders identical to the engine's (%d conversations raised in both, %d extended on the promise)", same, errs, kept)
+}
+
+// TestQwen3KeepUnseen: on the Keep promise the Go rendering takes the kept
+// messages' text from the previous render without looking at them (what
+// makes a turn's cost independent of the history): a message changed
+// behind a broken promise still renders as before, and is seen without
+// the promise.
+func TestQwen3KeepUnseen(t *testing.T) {
+	cfg, err := hf.LoadConfig(tokref.ModelDir(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	native, err := Compile("qwen3", cfg.ChatTemplate, cfg.BOS, cfg.EOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []tokenizer.Message{{Role: "system", Content: "S"}, {Role: "user", Content: "first question"},
+		{Role: "assistant", Content: "answer"}, {Role: "user", Content: "second"}}
+	opt := tokenizer.RenderOptions{AddGenerationPrompt: true}
+	_, prev, err := native.render(msgs, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := append(slices.Clone(msgs), tokenizer.Message{Role: "assistant", Content: "reply"})
+	ext[1].Content = "changed question"
+	for _, keep := range []int{len(msgs), 0} {
+		got, _, err := native.renderOn(native.t, nil, false, ext, opt, prev, keep, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen := strings.Contains(got, "changed question"); seen != (keep == 0) {
+			t.Fatalf("keep %d: the changed message seen %v:\n%s", keep, seen, got)
+		}
+	}
 }

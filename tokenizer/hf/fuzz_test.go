@@ -87,7 +87,8 @@ func FuzzEncodeFrom(f *testing.F) {
 
 // FuzzEncodeFromInto: a chain of partial re-encodings (each text given
 // from a byte textAt on, the bytes before being the previous text's, with
-// a known-equal prefix hint, into a recycled encoding) gives exactly
+// a known-equal prefix hint, into a recycled encoding that holds the
+// ids the previous encoding reused: they are not copied again) gives exactly
 // Encode's ids of each whole text, and falls back (false) only when it
 // must.
 func FuzzEncodeFromInto(f *testing.F) {
@@ -110,9 +111,15 @@ func FuzzEncodeFromInto(f *testing.F) {
 				}
 				same = max(same, at)
 			}
-			e, ok := tok.EncodeFromInto(prev, text[at:], at, same, spare)
+			// spare is the encoding prev was made from: its first
+			// prev.Reused ids are prev's
+			spareSame := 0
+			if prev != nil {
+				spareSame = prev.Reused
+			}
+			e, ok := tok.EncodeFromInto(prev, text[at:], at, same, spare, spareSame)
 			if !ok {
-				if e, ok = tok.EncodeFromInto(prev, text, 0, same, spare); !ok {
+				if e, ok = tok.EncodeFromInto(prev, text, 0, same, spare, spareSame); !ok {
 					t.Fatalf("text %d: the whole text was refused", i)
 				}
 			}

@@ -226,7 +226,7 @@ func (t *Tokenizer) Encode(text string) []int32 {
 // added-token match looks that far ahead.
 // The result equals Encode(text) (FuzzEncodeFrom checks it).
 func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer.Encoding {
-	e, _ := t.EncodeFromInto(prev, text, 0, 0, nil)
+	e, _ := t.EncodeFromInto(prev, text, 0, 0, nil, 0)
 	return e
 }
 
@@ -235,10 +235,12 @@ func (t *Tokenizer) EncodeFrom(prev *tokenizer.Encoding, text string) *tokenizer
 // prev's), text and prev's text are known equal for their first same
 // bytes (the comparison starts there), and spare, when not nil, is an
 // encoding the caller will not use again, whose struct and arrays are
-// overwritten instead of allocating new ones. It reports false, touching
-// nothing, when the restart point lies before both textAt and the start of
-// prev's text (call again with the whole text, textAt 0).
-func (t *Tokenizer) EncodeFromInto(prev *tokenizer.Encoding, text string, textAt, same int, spare *tokenizer.Encoding) (*tokenizer.Encoding, bool) {
+// overwritten instead of allocating new ones; its first spareSame ids
+// (and the restart points among them) are known equal to prev's and are
+// not copied again. It reports false, touching nothing, when the restart
+// point lies before both textAt and the start of prev's text (call again
+// with the whole text, textAt 0).
+func (t *Tokenizer) EncodeFromInto(prev *tokenizer.Encoding, text string, textAt, same int, spare *tokenizer.Encoding, spareSame int) (*tokenizer.Encoding, bool) {
 	full := textAt + len(text)
 	start, k := 0, -1
 	pAt := 0
@@ -267,7 +269,13 @@ func (t *Tokenizer) EncodeFromInto(prev *tokenizer.Encoding, text string, textAt
 		return nil, false
 	}
 	e := &tokenizer.Encoding{}
+	ids, cuts := 0, 0 // leading ids and cuts of spare equal to prev's
 	if spare != nil {
+		if prev != nil && spare != prev {
+			ids = min(spareSame, len(spare.IDs), len(prev.IDs))
+			// the cuts among those ids
+			cuts = min(len(spare.Cuts), sortSearch(len(prev.Cuts), func(i int) bool { return prev.Cuts[i].ID > ids }))
+		}
 		e, *spare = spare, tokenizer.Encoding{IDs: spare.IDs[:0], Cuts: spare.Cuts[:0]}
 	}
 	e.Text, e.TextAt = seg, start
@@ -276,9 +284,11 @@ func (t *Tokenizer) EncodeFromInto(prev *tokenizer.Encoding, text string, textAt
 	}
 	if k >= 0 {
 		c := prev.Cuts[k]
-		// slices.Grow copies without clearing what it copies over.
-		e.IDs = append(slices.Grow(e.IDs, c.ID+len(seg)/3+4), prev.IDs[:c.ID]...)
-		e.Cuts = append(slices.Grow(e.Cuts, k+1+len(seg)/64), prev.Cuts[:k+1]...)
+		ids, cuts = min(ids, c.ID), min(cuts, k+1)
+		// slices.Grow copies without clearing what it copies over; the
+		// spare's first ids are prev's already.
+		e.IDs = append(slices.Grow(e.IDs[:ids], c.ID-ids+len(seg)/3+4), prev.IDs[ids:c.ID]...)
+		e.Cuts = append(slices.Grow(e.Cuts[:cuts], k+1-cuts+len(seg)/64), prev.Cuts[cuts:k+1]...)
 		e.Reused = c.ID
 	}
 	e.IDs = t.encode(e.IDs, seg, start, &e.Cuts)
