@@ -10,6 +10,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,14 @@ import (
 
 // VersionHeader carries the served weight version on every response.
 const VersionHeader = "X-Longhaul-Weight-Version"
+
+// InstanceHeader names the server process on every response: a value drawn
+// when the server starts. A client that sees it change knows the server was
+// restarted and serves whatever it loaded at start, whatever version number
+// it reports (a `serve --model DIR` labels DIR version 0, as a run labels
+// its warm-started weights), so it publishes the current weights to it
+// again before trusting its answers (gen/openai).
+const InstanceHeader = "X-Longhaul-Server-Instance"
 
 // WeightLoader swaps the served weights. The server calls Reload only while
 // no generation is running.
@@ -113,9 +122,11 @@ type Server struct {
 	mu      sync.RWMutex // read: a generation in flight; write: a reload
 	loading atomic.Bool
 	idSeq   atomic.Uint64
-	metrics *metrics
-	routes  map[string]map[string]http.HandlerFunc // path -> method -> handler
-	gate    gate                                   // pause/resume (engines.go)
+	// instance is this process's InstanceHeader value.
+	instance string
+	metrics  *metrics
+	routes   map[string]map[string]http.HandlerFunc // path -> method -> handler
+	gate     gate                                   // pause/resume (engines.go)
 }
 
 // New returns a server over b.
@@ -138,7 +149,7 @@ func New(b Backend, opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{be: b, opts: opts, log: opts.Logger, metrics: newMetrics(b.Model)}
+	s := &Server{be: b, opts: opts, log: opts.Logger, metrics: newMetrics(b.Model), instance: rand.Text()}
 	s.loading.Store(opts.Loading)
 	s.routes = map[string]map[string]http.HandlerFunc{
 		"/v1/completions":           {http.MethodPost: s.handleCompletions},
@@ -190,6 +201,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	sw.Header().Set(InstanceHeader, s.instance)
 	byMethod, ok := s.routes[r.URL.Path]
 	endpoint := r.URL.Path
 	if !ok {
@@ -408,8 +420,10 @@ func (s *Server) handleReload(w http.ResponseWriter, r *http.Request) {
 			"message": fmt.Sprintf("loaded weights are version %d, not the weight_version %q asked for", v, *req.WeightVersion)})
 		return
 	}
+	// instance: the process that loaded these weights (InstanceHeader).
 	writeJSON(w, v, http.StatusOK, map[string]any{"success": true,
-		"message": fmt.Sprintf("Succeeded to update model weights from %s.", req.ModelPath), "version": v})
+		"message": fmt.Sprintf("Succeeded to update model weights from %s.", req.ModelPath), "version": v,
+		"instance": s.instance})
 }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {

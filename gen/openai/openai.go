@@ -28,6 +28,10 @@ import (
 // versionHeader is where `longhaul serve` reports the weight version.
 const versionHeader = "X-Longhaul-Weight-Version"
 
+// instanceHeader is where `longhaul serve` names its process (a value drawn
+// at start, server.InstanceHeader): a change means a restart.
+const instanceHeader = "X-Longhaul-Server-Instance"
+
 // Options configure a Client. Zero values pick the defaults shown.
 type Options struct {
 	Model  string // sent as "model"; "" sends none (vLLM and longhaul serve then use their one model)
@@ -112,6 +116,9 @@ type backend struct {
 	// updates counts weight updates begun on the server: a health answer
 	// sent before one began says nothing of the weights after it.
 	updates uint64
+	// instance is the server process last seen (instanceHeader; "" before
+	// the first answer, and for engines that send none).
+	instance string
 }
 
 // New returns a client over the servers' base URLs (e.g.
@@ -415,7 +422,7 @@ func (c *Client) post(ctx context.Context, b *backend, route string, body []byte
 			return nil, true, dataErr(b.url, resp.StatusCode, "bad %s header %q", versionHeader, h)
 		}
 	}
-	if version, err = c.checkServed(b, version); err != nil {
+	if version, err = c.checkServed(b, version, resp.Header.Get(instanceHeader)); err != nil {
 		return nil, true, err
 	}
 	for i := range res {

@@ -18,7 +18,12 @@ import (
 // stale: it gets no calls until the client has published the current
 // weights to it again, which the prober does as soon as it answers /health.
 // This is how a restarted server (serving its initial weights as version
-// 0) is caught before it serves a call.
+// 0) is caught before it serves a call. A version number alone cannot tell
+// a restart whose initial label equals the published version (`longhaul
+// serve --model DIR` labels DIR version 0, and so does a run its
+// warm-started weights): `longhaul serve` also names its process on every
+// answer (instanceHeader), and an answer from another process than the one
+// last updated makes the server stale whatever version it reports.
 
 // ErrVersion marks a call answered by weights of a version the caller did
 // not expect (see Expect). It is an infra failure of that server: the
@@ -133,11 +138,34 @@ func (c *Client) fresh(b *backend) bool {
 	return c.pubPath == "" || (b.version >= c.lo && b.version <= c.hi)
 }
 
+// restarted notes the server process that answered (instance; "" from
+// engines that name none) and reports whether it is another one than
+// before: its weights are then unknown, whatever version it reports,
+// until the client publishes to it again (under c.mu).
+func (c *Client) restarted(b *backend, instance string) bool {
+	if instance == "" || instance == b.instance {
+		return false
+	}
+	known := b.instance != ""
+	b.instance = instance
+	if known {
+		b.version = -1
+	}
+	return known
+}
+
 // checkServed fences one answered call (version -1: the server reported
-// none, so the tracked version stands in).
-func (c *Client) checkServed(b *backend, served int64) (int64, error) {
+// none, so the tracked version stands in; instance: the process that
+// answered).
+func (c *Client) checkServed(b *backend, served int64, instance string) (int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.restarted(b, instance) && c.pubPath != "" {
+		// A restart not yet caught up: its weights are what it loaded at
+		// start, even when its label is the published version.
+		return served, &Error{Class: ClassInfra, Server: b.url,
+			Err: fmt.Errorf("%w: served by a restarted server (version %d by its label) not yet brought to version %d", ErrVersion, served, c.pubVersion)}
+	}
 	if c.opts.API == APIVLLM && c.pubPath != "" {
 		// vLLM names no version; what a stand-in reports is not vLLM's
 		// label either: once weights were published, the version the last
@@ -147,6 +175,12 @@ func (c *Client) checkServed(b *backend, served int64) (int64, error) {
 	if served < 0 {
 		served = b.version
 	} else if served != b.version && c.pubPath != "" {
+		if b.version < 0 {
+			// Weights of unknown version (a restart, a refused call, a
+			// failed update): a label never vouches for them (catchUp).
+			return served, &Error{Class: ClassInfra, Server: b.url,
+				Err: fmt.Errorf("%w: served version %d by a server not yet brought to version %d", ErrVersion, served, c.pubVersion)}
+		}
 		// The server changed under us (a restart): stale until caught up.
 		b.version = served
 	}
@@ -162,20 +196,28 @@ func (c *Client) checkServed(b *backend, served int64) (int64, error) {
 }
 
 // catchUp re-publishes the current weights to b if it is stale; the
-// prober calls it before marking b up, with the version b's health answer
-// reported and b's update count from before that request was sent.
-func (c *Client) catchUp(ctx context.Context, b *backend, reported int64, updates uint64) error {
+// prober calls it before marking b up, with the version and process b's
+// health answer reported and b's update count from before that request
+// was sent.
+func (c *Client) catchUp(ctx context.Context, b *backend, reported int64, instance string, updates uint64) error {
 	if c.opts.API == APIVLLM {
 		reported = -1 // as in checkServed
 	}
 	c.mu.Lock()
+	if c.restarted(b, instance) {
+		reported = -1 // its label says nothing of the weights it serves
+	}
 	// A health answer that raced a weight update (sent before it began)
 	// names the old weights; believing it would mark a freshly updated
 	// server stale.
 	if updates != b.updates || b.fenced {
 		reported = -1
 	}
-	if reported >= 0 && reported != b.version {
+	// A label may make a server stale (another version than the one it
+	// confirmed), never fresh: weights of unknown version (b.version -1: a
+	// restart, a refused call, a failed update) are published again even
+	// when the label is the published version, as a restart's may be.
+	if reported >= 0 && reported != b.version && b.version >= 0 {
 		b.version = reported
 	}
 	path, v, need := c.pubPath, c.pubVersion, c.pubPath != "" && b.version != c.pubVersion

@@ -1,7 +1,10 @@
 package openai
 
 import (
+	"context"
 	"errors"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,4 +128,96 @@ func TestPublishWaitsOutOutage(t *testing.T) {
 	if v := c.ServedVersion("http://" + a.addr); v != 3 {
 		t.Fatalf("the server that came back serves version %d, want 3", v)
 	}
+}
+
+// TestRestartWithPublishedLabelIsCaught: a server restarted with initial
+// weights whose label is the published version (`longhaul serve --model
+// DIR` labels DIR version 0, as a run labels its warm-started weights) is
+// told apart by the process name every answer carries
+// (server.InstanceHeader): no answer of it is accepted until the client
+// has published to it again, and then it serves. The restarted server
+// marks its answers until it is reloaded (a logprob no fake gives). The
+// restart falls between two calls, so no call fails; with a slow prober
+// a call usually meets the restarted server first, and the health answer
+// that follows must not make it fresh again by its label.
+func TestRestartWithPublishedLabelIsCaught(t *testing.T) {
+	fa, fb := server.NewFake(0), server.NewFake(0)
+	sa, _ := server.New(fa.Backend("tinylm"), server.Options{})
+	sb, _ := server.New(fb.Backend("tinylm"), server.Options{})
+	a, b := &killable{h: sa}, &killable{h: sb}
+	a.start(t)
+	b.start(t)
+	t.Cleanup(func() { a.kill() })
+	t.Cleanup(b.kill)
+	c := newClient(t, []string{"http://" + a.addr, "http://" + b.addr}, Options{ProbeInterval: 300 * time.Millisecond})
+	if err := c.Publish(t.Context(), "/weights", 1); err != nil {
+		t.Fatal(err)
+	}
+	const marker = -7.5
+	run := func() {
+		t.Helper()
+		reqs := make([]gen.Request, 16)
+		for i := range reqs {
+			reqs[i] = req(uint64(i))
+		}
+		res, err := c.Generate(t.Context(), reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Version != 1 || slices.Contains(r.Logprobs, marker) {
+				t.Fatalf("call %d accepted from version %d, marked %v: the restarted server's initial weights were served", i, r.Version, slices.Contains(r.Logprobs, marker))
+			}
+		}
+	}
+	run()
+	a.kill()
+	fa2 := server.NewFake(1)
+	re := &relabel{v: 1}
+	sa2, _ := server.New(server.Backend{Gen: markGen{fa2, re, marker}, Loader: re, Model: "tinylm",
+		Version: func() int64 { return 1 }, MaxModelLen: 4096}, server.Options{})
+	a.h = sa2
+	a.start(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for !re.reloaded.Load() || fa2.Calls() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted server was not caught up and used again (reloaded %v, %d batches)", re.reloaded.Load(), fa2.Calls())
+		}
+		run()
+		time.Sleep(5 * time.Millisecond)
+	}
+	run()
+}
+
+// relabel is a weight loader whose reload keeps the label v: the run's
+// version, which a restarted server's initial weights also carry.
+type relabel struct {
+	v        int64
+	reloaded atomic.Bool
+}
+
+func (r *relabel) Reload(context.Context, string) (int64, error) {
+	r.reloaded.Store(true)
+	return r.v, nil
+}
+
+// markGen sets every logprob of its generator's answers to mark until re
+// was reloaded.
+type markGen struct {
+	g    gen.Generator
+	re   *relabel
+	mark float32
+}
+
+func (m markGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+	res, err := m.g.Generate(ctx, reqs)
+	if m.re.reloaded.Load() {
+		return res, err
+	}
+	for i := range res {
+		for j := range res[i].Logprobs {
+			res[i].Logprobs[j] = m.mark
+		}
+	}
+	return res, err
 }

@@ -150,7 +150,7 @@ func (c *Client) probe(ctx context.Context, b *backend) {
 	if resp.StatusCode == http.StatusOK {
 		// A server that came back (or changed version under us) is
 		// brought to the current weights before it gets a call.
-		if err := c.catchUp(ctx, b, reportedVersion(resp.Header), updates); err != nil {
+		if err := c.catchUp(ctx, b, reportedVersion(resp.Header), resp.Header.Get(instanceHeader), updates); err != nil {
 			c.markDown(b, err)
 			return
 		}

@@ -98,6 +98,7 @@ func (c *Client) updateOne(ctx context.Context, b *backend, path string, v int64
 	}
 	vs := strconv.FormatInt(v, 10)
 	var err error
+	var instance string
 	switch c.opts.API {
 	case APISGLang:
 		err = c.admin(ctx, b, http.MethodPost, "/pause_generation", map[string]any{}, nil)
@@ -125,19 +126,26 @@ func (c *Client) updateOne(ctx context.Context, b *backend, path string, v int64
 		}
 	default:
 		var out struct {
-			Success bool   `json:"success"`
-			Version *int64 `json:"version"`
+			Success  bool   `json:"success"`
+			Version  *int64 `json:"version"`
+			Instance string `json:"instance"` // the process that loaded them
 		}
 		err = c.admin(ctx, b, http.MethodPost, "/update_weights_from_disk", map[string]any{"model_path": path}, &out)
 		if err == nil && (!out.Success || out.Version == nil || *out.Version != v) {
 			err = dataErr(b.url, http.StatusOK, "update_weights_from_disk answered success=%v version=%v, want version %d", out.Success, out.Version, v)
 		}
+		instance = out.Instance
 	}
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
 	b.version, b.fenced = v, false
+	if instance != "" {
+		// The process that loaded v: an answer from any other one is a
+		// restart (restarted, publish.go).
+		b.instance = instance
+	}
 	c.mu.Unlock()
 	c.log.Info("weights updated", "server", b.url, "version", v)
 	return nil
