@@ -5,7 +5,7 @@
 # tokenizer: prompts checked against the template, kill -9 resume equal to
 # an uninterrupted run, in process (TestHFModelRun) and through
 # `longhaul serve --model DIR` with train and serve each SIGKILLed twice
-# (TestHFServedRunKilled, ~45 s). Run after 13-setup.sh; a missing
+# (TestHFServedRunKilled, ~40 s). Run after 13-setup.sh; a missing
 # tokenizer fails.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -20,9 +20,11 @@ const fenceSteps = 8
 // 1 is published and started again as the README starts it (no
 // --weights: it serves its initial weights, labelled version 0). Version
 // 0 is within the generator client's default window (one version behind),
-// so only the controller's strict fence (Expect(v, v) in deterministic
-// mode) refuses the restarted server's calls until it has been brought to
-// version 1. The run must end with the same weights and the same calls as
+// so the label alone would pass; what refuses the restarted server's calls
+// until it has been brought to version 1 is, since session 5, first the
+// client's instance check (server.InstanceHeader: another process), then
+// the controller's strict fence (Expect(v, v) in deterministic mode), which
+// alone decides for engines that name no process. The run must end with the same weights and the same calls as
 // the uninterrupted in-process run, and every logged call must carry the
 // version the schedule names for its step.
 func TestRestartedServerIsFenced(t *testing.T) {
