@@ -3,12 +3,17 @@ package crashtest
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/server"
 
 	"github.com/longhaul-rl/longhaul/internal/proctest"
 )
@@ -18,15 +23,18 @@ const fenceSteps = 8
 // TestRestartedServerIsFenced is issue 12's "version fencing": the only
 // `longhaul serve` of a deterministic run is SIGKILLed the moment version
 // 1 is published and started again as the README starts it (no
-// --weights: it serves its initial weights, labelled version 0). Version
-// 0 is within the generator client's default window (one version behind),
-// so the label alone would pass; what refuses the restarted server's calls
-// until it has been brought to version 1 is, since session 5, first the
-// client's instance check (server.InstanceHeader: another process), then
-// the controller's strict fence (Expect(v, v) in deterministic mode), which
-// alone decides for engines that name no process. The run must end with the same weights and the same calls as
+// --weights: it serves its initial weights, labelled version 0). The run
+// reaches it through a proxy that drops the server's process name
+// (server.InstanceHeader), as an engine that names none (vLLM, SGLang)
+// answers: the client's instance check cannot see the restart, and version
+// 0 is within its default window (one version behind), so only the
+// controller's strict fence (Expect(v, v) in deterministic mode) refuses
+// the restarted server's calls until it has been brought to version 1.
+// (Without the proxy the instance check catches it first, and the test
+// passed with the fence removed; TestHFServedRunKilled runs that path.)
+// The run must end with the same weights and the same calls as
 // the uninterrupted in-process run, and every logged call must carry the
-// version the schedule names for its step.
+// version the schedule names.
 func TestRestartedServerIsFenced(t *testing.T) {
 	bin := binary(t)
 	cfg := tinyConfig(t)
@@ -40,7 +48,7 @@ func TestRestartedServerIsFenced(t *testing.T) {
 	port := proctest.FreePort(t)
 	srv := startReadme(t, bin, work, port, "serve", "--config", cfg)
 	tp := startTrain(t, bin, work, "--config", cfg, "--run-dir", "run", fmt.Sprint("run.max_steps=", fenceSteps),
-		"generator.kind=openai", fmt.Sprintf("generator.urls=http://127.0.0.1:%d/v1", port), "trainer.kind=embedded")
+		"generator.kind=openai", "generator.urls="+noInstance(t, port)+"/v1", "trainer.kind=embedded")
 	if !waitFor(tp.exited, 60*time.Second, func() bool { return healthVersion(port) == 1 }) {
 		t.Fatalf("version 1 was never published:\n%s", tail(tp.out.String(), 40))
 	}
@@ -63,6 +71,29 @@ func TestRestartedServerIsFenced(t *testing.T) {
 	if os.Getenv("LONGHAUL_TEST_VERBOSE") != "" {
 		t.Log(tp.out.String())
 	}
+}
+
+// noInstance is a reverse proxy to the `longhaul serve` on port that drops
+// its process name (server.InstanceHeader) from every answer. While the
+// server is down it answers 503, as a loading server does, so the client
+// waits for it as for a restart.
+func noInstance(t *testing.T, port int) string {
+	t.Helper()
+	target, err := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		r.Header.Del(server.InstanceHeader)
+		return nil
+	}
+	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	ts := httptest.NewServer(rp)
+	t.Cleanup(ts.Close)
+	return ts.URL
 }
 
 // checkScheduledVersions: in deterministic mode every call of a group
