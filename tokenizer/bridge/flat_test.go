@@ -23,7 +23,7 @@ func TestTurnAllocFlat(t *testing.T) {
 	c := loadChat(t, "qwen3")
 	opt := tokenizer.RenderOptions{Tools: tools, Kwargs: map[string]any{"enable_thinking": true}}
 	perTurn := func(target int) (bytes uint64, hunk int) {
-		br, sampled, msg, next := ledger(t, c, opt, target)
+		br, sampled, msg, next := ledger(t, c, opt, target, false)
 		turn := replay(t, br, sampled, msg, next)
 		tn := turn()
 		if tn.Diverged == nil {
