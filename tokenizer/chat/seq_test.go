@@ -75,7 +75,7 @@ func testSeqNative(t *testing.T, model string) {
 	for i := 0; i < n; i++ {
 		msgs, tools := Conversation(r, text, false)
 		for j := range msgs {
-			switch r.IntN(14) {
+			switch r.IntN(15) {
 			case 0:
 				msgs[j].Role = "system"
 			case 1:
@@ -97,6 +97,10 @@ func testSeqNative(t *testing.T, model string) {
 			case 6:
 				msgs[j].ToolCalls = append(msgs[j].ToolCalls, tokenizer.ToolCall{ID: "x", Name: "search", Arguments: json.RawMessage(`{"query": "` + fmt.Sprint(j) + `"}`)})
 				msgs[j].Content = []string{"", text()}[r.IntN(2)]
+			case 7: // raw U+2028 (restored) or U+FDD0 (refused where decoded) in arguments
+				if len(msgs[j].ToolCalls) > 0 {
+					msgs[j].ToolCalls[0].Arguments = json.RawMessage("{\"city\": \"a\u2028b" + []string{"", "\ufdd0"}[r.IntN(2)] + "\"}")
+				}
 			}
 		}
 		if r.IntN(40) == 0 {
