@@ -14,22 +14,35 @@ import (
 )
 
 // BenchmarkBridgeTurn measures one Next (render with and without the new
-// messages, encode, diff) on a Qwen3 conversation (thinking on, tool calls,
-// a user message every fourth turn, append mode) of about 4k, 16k and 32k
-// tokens; the measured turn is a tool call and its result, so the growth with history length shows in one run: path=fast
-// renders Qwen3's template in Go, re-rendering only messages whose inputs
-// changed, and re-encodes from the last safe point; path=engine renders
-// with the Jinja engine reusing the messages' template values and the
-// encoding; path=ids reuses only the encoding (main's path before this
-// work); path=full renders and encodes the whole conversation twice. All
-// four in one run, for ratios.
+// messages, encode, diff) for each template on a conversation (tool
+// calls, a user message every fourth turn, append mode; Qwen3 with
+// thinking on) of about 4k, 16k and 32k tokens; the measured turn is a
+// tool call and its result (DeepSeek-V3: an answer and the next user
+// message, as its template closes tool-call turns only after a second
+// call), so the growth with history length shows in one run: path=fast
+// renders the template in Go (qwen3.go, seq.go), re-rendering only
+// messages whose inputs changed, and re-encodes from the last safe point;
+// path=engine renders with the Jinja engine reusing the messages'
+// template values and the encoding; path=ids reuses only the encoding;
+// path=full renders and encodes the whole conversation twice. All in one
+// run, for ratios.
 func BenchmarkBridgeTurn(b *testing.B) {
-	c := loadChatB(b, "qwen3")
-	opt := tokenizer.RenderOptions{Tools: tools, Kwargs: map[string]any{"enable_thinking": true}}
+	for _, s := range []struct {
+		model   string
+		kwargs  map[string]any
+		noTools bool
+	}{{"qwen3", map[string]any{"enable_thinking": true}, false}, {"llama3_1", nil, false}, {"deepseek_v3", nil, true}} {
+		c := loadChatB(b, s.model)
+		opt := tokenizer.RenderOptions{Tools: tools, Kwargs: s.kwargs}
+		benchTurn(b, s.model, c, opt, s.noTools)
+	}
+}
+
+func benchTurn(b *testing.B, model string, c chat.Chat, opt tokenizer.RenderOptions, noTools bool) {
 	for _, target := range []int{4000, 16000, 32000} {
 		for _, path := range []string{"fast", "engine", "ids", "full"} {
-			b.Run(fmt.Sprintf("tokens=%d/path=%s", target, path), func(b *testing.B) {
-				br, sampled, msg, next := ledger(b, c, opt, target)
+			b.Run(fmt.Sprintf("template=%s/tokens=%d/path=%s", model, target, path), func(b *testing.B) {
+				br, sampled, msg, next := ledger(b, c, opt, target, noTools)
 				br.full, br.idsOnly = path == "full", path == "ids"
 				if path != "fast" {
 					br.chat = chat.Chat{Template: c.Template.(*chat.Template).EngineOnly(), Tok: c.Tok}
@@ -51,10 +64,10 @@ func BenchmarkBridgeTurn(b *testing.B) {
 	}
 }
 
-// ledger is the benchmark's conversation (Qwen3, append mode) grown to
-// about target tokens, and the turn to measure on it: a tool call and its
-// result.
-func ledger(tb testing.TB, c chat.Chat, opt tokenizer.RenderOptions, target int) (br *Bridge, sampled []int32, msg tokenizer.Message, next []tokenizer.Message) {
+// ledger is the benchmark's conversation (append mode) grown to about
+// target tokens, and the turn to measure on it: a tool call and its result
+// (an answer and a user message with noTools).
+func ledger(tb testing.TB, c chat.Chat, opt tokenizer.RenderOptions, target int, noTools bool) (br *Bridge, sampled []int32, msg tokenizer.Message, next []tokenizer.Message) {
 	tb.Helper()
 	msgs := []tokenizer.Message{{Role: "system", Content: "You keep a ledger."}, {Role: "user", Content: "Start."}}
 	br, err := New(context.Background(), c, Append, opt, msgs)
@@ -63,8 +76,8 @@ func ledger(tb testing.TB, c chat.Chat, opt tokenizer.RenderOptions, target int)
 	}
 	// The model writes exactly the template's rendering of its turn (read
 	// off a one-message conversation: Qwen3 renders the last turn's
-	// <think> block and starts the reply after special tokens, so its
-	// tokens do not depend on the history).
+	// <think> block; every template starts the reply after special tokens,
+	// so its tokens do not depend on the history).
 	reply := func(msg tokenizer.Message) []int32 {
 		r, ok := idealReply(c, opt, []tokenizer.Message{{Role: "user", Content: "x"}}, msg)
 		if !ok {
@@ -74,13 +87,13 @@ func ledger(tb testing.TB, c chat.Chat, opt tokenizer.RenderOptions, target int)
 	}
 	filler := strings.Repeat("The ledger balance is carried forward; 帳簿 ✓. ", 8)
 	for i := 0; len(br.Prompt()) < target; i++ {
-		msg, next := assistantTurn(i, false)
+		msg, next := assistantTurn(i, noTools)
 		msg.Content = filler
 		if _, err := br.Next(context.Background(), reply(msg), msg, next); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	msg, next = assistantTurn(1, false)
+	msg, next = assistantTurn(1, noTools)
 	return br, reply(msg), msg, next
 }
 

@@ -23,7 +23,7 @@ func TestTurnAllocFlat(t *testing.T) {
 	c := loadChat(t, "qwen3")
 	opt := tokenizer.RenderOptions{Tools: tools, Kwargs: map[string]any{"enable_thinking": true}}
 	perTurn := func(target int) (bytes uint64, hunk int) {
-		br, sampled, msg, next := ledger(t, c, opt, target)
+		br, sampled, msg, next := ledger(t, c, opt, target, false)
 		turn := replay(t, br, sampled, msg, next)
 		tn := turn()
 		if tn.Diverged == nil {
@@ -46,6 +46,39 @@ func TestTurnAllocFlat(t *testing.T) {
 	}
 	if large > small+4096 {
 		t.Fatalf("a turn allocates %d bytes at ~32k tokens, %d at ~4k: its cost grows with the history", large, small)
+	}
+}
+
+// TestSeqTurnAllocFlat: the same for Llama 3.1 and DeepSeek-V3, rendered
+// in Go by chat/seq.go (BenchmarkBridgeTurn's turns; their records never
+// diverge): the turn at ~32k tokens allocates at most 4 KiB more than at
+// ~4k. Rendering into fresh chunk arrays instead of the recycled
+// encoding's, or writing the whole text instead of the part after the
+// reused messages, allocates ~20 KiB or ~260 KiB more at 32k.
+func TestSeqTurnAllocFlat(t *testing.T) {
+	for _, model := range []string{"llama3_1", "deepseek_v3"} {
+		t.Run(model, func(t *testing.T) {
+			c := loadChat(t, model)
+			opt := tokenizer.RenderOptions{Tools: tools}
+			perTurn := func(target int) uint64 {
+				br, sampled, msg, next := ledger(t, c, opt, target, model == "deepseek_v3")
+				turn := replay(t, br, sampled, msg, next)
+				turn()
+				const n = 20
+				var m0, m1 runtime.MemStats
+				runtime.ReadMemStats(&m0)
+				for range n {
+					turn()
+				}
+				runtime.ReadMemStats(&m1)
+				return (m1.TotalAlloc - m0.TotalAlloc) / n
+			}
+			small, large := perTurn(4000), perTurn(32000)
+			t.Logf("bytes allocated per turn: %d at ~4k tokens, %d at ~32k", small, large)
+			if large > small+4096 {
+				t.Fatalf("a turn allocates %d bytes at ~32k tokens, %d at ~4k: its cost grows with the history", large, small)
+			}
+		})
 	}
 }
 

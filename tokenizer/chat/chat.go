@@ -47,6 +47,10 @@ type Template struct {
 	// qwen3: the source is Qwen3's template, rendered in Go (qwen3.go)
 	// unless engineOnly.
 	qwen3, engineOnly bool
+	// seq: the source is Llama 3.1's or DeepSeek-V3's template, rendered
+	// in Go (seq.go) unless engineOnly; src is the source (seqApplies).
+	seq seqDialect
+	src string
 	// located is the template with line markers (lines.go), run only to
 	// find the line of a failed render; nil if it did not compile.
 	located *jinja.Template
@@ -78,7 +82,7 @@ func Compile(name, src, bos, eos string) (*Template, error) {
 	null := strings.Contains(src, "['content'] is none") || strings.Contains(src, "content is none")
 	str := strings.Contains(src, "arguments") && !strings.Contains(src, "arguments | tojson") && !strings.Contains(src, "arguments|tojson")
 	located, _ := jinja.Compile(withLineMarks(code))
-	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable, qwen3: isQwen3(src), located: located}, nil
+	return &Template{name: name, t: t, BOS: bos, EOS: eos, NullToolCallContent: null, StringArguments: str, reusable: reusable, qwen3: isQwen3(src), seq: seqDialectOf(src), src: src, located: located}, nil
 }
 
 // Render renders msgs. A raise_exception in the template comes back as an
@@ -98,6 +102,7 @@ type values struct {
 	toolsRaw []json.RawMessage
 	tools    []jinja.Value
 	qwen     *qwenState // the Go rendering's state (qwen3.go)
+	seq      *seqState  // or seq.go's
 	// same is how many leading bytes of this render are known equal to
 	// the render prev was (reused header and messages); 0 when unknown.
 	// textAt: the text was written from this byte on (partial renders).
@@ -132,6 +137,20 @@ func (t *Template) renderOn(tmpl *jinja.Template, line *int, partial bool, msgs 
 			return "", nil, err
 		}
 		return s, &values{qwen: q, same: same, textAt: at}, nil
+	}
+	if t.seq != seqNone && !t.engineOnly && t.seqApplies(msgs, opt) {
+		var ps, is *seqState
+		if prev != nil {
+			ps = prev.seq
+		}
+		if into != nil && into != prev {
+			is = into.seq
+		}
+		s, at, q, same, err := t.renderSeq(msgs, opt, ps, partial, keep, is)
+		if err != nil {
+			return "", nil, err
+		}
+		return s, &values{seq: q, same: same, textAt: at}, nil
 	}
 	data := make(map[string]jinja.Value, 8+len(opt.Kwargs))
 	for k, v := range opt.Kwargs {
@@ -383,7 +402,8 @@ func (c Chat) RenderEncoding(ctx context.Context, msgs []tokenizer.Message, opt 
 // RenderEncodingInto is RenderEncoding writing into r.Spare (see
 // tokenizer.RecyclingChat) when the tokenizer supports it; the encoding's
 // text may then start at TextAt. Qwen3's Go rendering takes the messages
-// before r.Keep from prev without comparing them.
+// before r.Keep from prev without comparing them; so do those of Llama
+// 3.1 and DeepSeek-V3 (seq.go).
 func (c Chat) RenderEncodingInto(_ context.Context, msgs []tokenizer.Message, opt tokenizer.RenderOptions, r tokenizer.Reuse) (*tokenizer.Encoding, error) {
 	prev, spare, keep := r.Prev, r.Spare, r.Keep
 	rc, recycles := c.Tok.(recycling)
@@ -433,6 +453,9 @@ func (c Chat) RenderEncodingInto(_ context.Context, msgs []tokenizer.Message, op
 			// the next partial render needs to know where this
 			// encoding's text starts (the state is not yet shared)
 			v.qwen.textAt = e.TextAt
+		}
+		if v.seq != nil {
+			v.seq.textAt = e.TextAt
 		}
 		e.State = v
 	}
