@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=${GOEXPERIMENT-simd} GOFLAGS=-buildvcs=false GOAMD64=v1 GOTOOLCHAIN=local
 export LONGHAUL_REQUIRE_TOKENIZERS=1 LONGHAUL_TOKENIZER_PARITY=full
-timeout 600 go test -count=1 -v -run 'Parity|TwentyTurns|ServerRendering|FastPath|RenderEncodingReuse|Qwen3Native|SeqNative|HandSplit|RealTokenizersUse|RuntimeErrorsNameLine|LineMarksKeep' \
+timeout 600 go test -count=1 -v -run 'Parity|TwentyTurns|ServerRendering|FastPath|RenderEncodingReuse|Qwen3Native|SeqNative|HandSplit|RealTokenizersUse|RuntimeErrorsNameLine|LineMarksKeep|TurnAllocFlat' \
   ./tokenizer/hf/ ./tokenizer/chat/ ./tokenizer/bridge/ ./tokenizer/remote/ 2>&1 \
   | grep -E '^(---|ok|FAIL|PASS)|identical|turns,|SKIP' 
 # grep hides the RUN lines; pipefail keeps a test failure fatal, and a skip

@@ -20,6 +20,9 @@ import (
 // that copies the history (the diverged hunk, the message chunks, the
 // prompt) allocates ~100 KiB more at 32k.
 func TestTurnAllocFlat(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation check: run without -race (.ci/steps/13-tokenizers.sh)")
+	}
 	c := loadChat(t, "qwen3")
 	opt := tokenizer.RenderOptions{Tools: tools, Kwargs: map[string]any{"enable_thinking": true}}
 	perTurn := func(target int) (bytes uint64, hunk int) {
@@ -56,6 +59,9 @@ func TestTurnAllocFlat(t *testing.T) {
 // encoding's, or writing the whole text instead of the part after the
 // reused messages, allocates ~20 KiB or ~260 KiB more at 32k.
 func TestSeqTurnAllocFlat(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation check: run without -race (.ci/steps/13-tokenizers.sh)")
+	}
 	for _, model := range []string{"llama3_1", "deepseek_v3"} {
 		t.Run(model, func(t *testing.T) {
 			c := loadChat(t, model)
