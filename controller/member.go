@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -216,32 +217,87 @@ func (cg countingGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.R
 // outlived rollout_failure.call_timeout_s.
 var errCallTimeout = errors.New("model call ran past rollout_failure.call_timeout_s")
 
-// callTimer is the call timeout of one attempt: one timer, re-armed for
-// each call (a rollout makes its calls one at a time), that cancels the
-// attempt's context when a call outlives it. A context and a timer per
-// call cost about five allocations a call; this costs none.
+// callTimer is the call timeout of one attempt: it cancels the attempt's
+// context when a call outlives it. A context and a timer per call cost
+// about five allocations a call, and re-arming one timer per call cost
+// ~3% of the controller's CPU (the runtime's timer heap and a netpoller
+// wakeup each time). So a call only stores its deadline, and the one timer
+// is re-armed lazily: when it fires it cancels if the running call's
+// deadline has passed, waits out the rest of it if not, and stops when no
+// call is running. Every deadline is now+d, so a later call's deadline is
+// never before the pending timer's: a timeout fires exactly at its call's
+// deadline, as before.
 type callTimer struct {
-	d time.Duration
-	t *time.Timer
+	d      time.Duration
+	t      *time.Timer
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time // of the running call; zero when none
+	pending  bool      // t is armed
 }
 
 func newCallTimer(d time.Duration, cancel context.CancelCauseFunc) *callTimer {
-	t := time.AfterFunc(time.Hour, func() { cancel(errCallTimeout) })
-	t.Stop()
-	return &callTimer{d: d, t: t}
+	ct := &callTimer{d: d, cancel: cancel}
+	ct.t = time.AfterFunc(time.Hour, ct.fire)
+	ct.t.Stop()
+	return ct
 }
 
 // arm, disarm and close do nothing on a nil timer (no call timeout).
 func (ct *callTimer) arm() {
-	if ct != nil {
+	if ct == nil {
+		return
+	}
+	dl := time.Now().Add(ct.d)
+	ct.mu.Lock()
+	ct.deadline = dl
+	if !ct.pending {
+		ct.pending = true
 		ct.t.Reset(ct.d)
 	}
+	ct.mu.Unlock()
 }
 
 func (ct *callTimer) disarm() {
-	if ct != nil {
-		ct.t.Stop()
+	if ct == nil {
+		return
 	}
+	ct.mu.Lock()
+	ct.deadline = time.Time{}
+	ct.mu.Unlock()
 }
 
-func (ct *callTimer) close() { ct.disarm() }
+// close stops the timer for good: the attempt is over.
+func (ct *callTimer) close() {
+	if ct == nil {
+		return
+	}
+	ct.mu.Lock()
+	ct.deadline, ct.pending = time.Time{}, false
+	ct.t.Stop()
+	ct.mu.Unlock()
+}
+
+// fire runs when the timer goes off (in its own goroutine).
+func (ct *callTimer) fire() {
+	ct.mu.Lock()
+	if !ct.pending {
+		// close stopped it while it was firing.
+		ct.mu.Unlock()
+		return
+	}
+	if ct.deadline.IsZero() {
+		ct.pending = false
+		ct.mu.Unlock()
+		return
+	}
+	if left := time.Until(ct.deadline); left > 0 {
+		ct.t.Reset(left)
+		ct.mu.Unlock()
+		return
+	}
+	ct.pending = false
+	ct.mu.Unlock()
+	ct.cancel(errCallTimeout)
+}
