@@ -106,11 +106,7 @@ func TestQwen3NativeEqualsTemplate(t *testing.T) {
 				break
 			}
 			if got != want {
-				q := 0
-				for q < len(got) && q < len(want) && got[q] == want[q] {
-					q++
-				}
-				t.Fatalf("conversation %d (reuse %v) differs at byte %d:\n got %q\nwant %q", i, p != nil, q, got[max(0, q-80):min(len(got), q+80)], want[max(0, q-80):min(len(want), q+80)])
+				t.Fatalf("conversation %d (reuse %v) %s", i, p != nil, diffAt(got, want))
 			}
 			if v.qwen == nil {
 				t.Fatalf("conversation %d: not rendered by the Go path", i)

@@ -130,11 +130,7 @@ func testSeqNative(t *testing.T, model string) {
 				break
 			}
 			if got != want {
-				q := 0
-				for q < len(got) && q < len(want) && got[q] == want[q] {
-					q++
-				}
-				t.Fatalf("conversation %d (reuse %v) differs at byte %d:\n got %q\nwant %q", i, p != nil, q, got[max(0, q-80):min(len(got), q+80)], want[max(0, q-80):min(len(want), q+80)])
+				t.Fatalf("conversation %d (reuse %v) %s", i, p != nil, diffAt(got, want))
 			}
 			if (v.seq == nil) != kwNamed {
 				t.Fatalf("conversation %d: rendered by the Go path: %v, with keyword arguments %v", i, v.seq != nil, opt.Kwargs)
@@ -249,4 +245,14 @@ func TestSeqKeepUnseen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// diffAt says where got first differs from want, with 80 bytes of context
+// on each side.
+func diffAt(got, want string) string {
+	q := 0
+	for q < len(got) && q < len(want) && got[q] == want[q] {
+		q++
+	}
+	return fmt.Sprintf("differs at byte %d:\n got %q\nwant %q", q, got[max(0, q-80):min(len(got), q+80)], want[max(0, q-80):min(len(want), q+80)])
 }
