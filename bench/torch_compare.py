@@ -149,15 +149,6 @@ def main():
     ok = worst <= 1e-4
     print(f"logits: max |torch - go| = {worst:.3e} over {len(fx['tokens'])} sequences ({'OK' if ok else 'NOT OK'}, bound 1e-4)")
 
-    torch.set_num_threads(1)
-    a, b = torch.randn(256, 128), torch.randn(128, 512)
-    t0 = time.perf_counter()
-    for _ in range(50):
-        a @ b
-    gflops = 50 * 2 * 256 * 128 * 512 / (time.perf_counter() - t0) / 1e9
-    note = "" if gflops > 20 else "  WARNING: slow BLAS; install libopenblas0-pthread for a fair comparison"
-    print(f"torch GEMM probe (256x128x512, 1 thread): {gflops:.1f} GFLOP/s{note}")
-
     B, T = fx["batch_size"], fx["seq_len"]
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, V, (B, T), generator=g)
@@ -169,9 +160,14 @@ def main():
         # the environment at load time, and torch.set_num_threads(1) alone
         # left its second thread spinning (CPU per step ~2x the wall time).
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+        core = blas_core(fx["go_kernel_path"])
+        if core:
+            env["OPENBLAS_CORETYPE"] = core
         out = subprocess.run([sys.executable, __file__, d, "--time", str(threads)], env=env,
                              check=True, capture_output=True, text=True).stdout
-        best, tc = (float(v) for v in out.split())
+        gflops, best, tc = (float(v) for v in out.split())
+        note = "" if gflops > 20 else "  WARNING: slow BLAS; install libopenblas0-pthread for a fair comparison"
+        print(f"torch GEMM probe (256x128x512, {threads} thread(s), OpenBLAS kernels {core or 'as detected'}): {gflops:.1f} GFLOP/s{note}")
         print(f"torch  {B}x{T} SFT step: best {best:7.1f} ms, CPU {tc:7.1f} ms/step  ({B * T / best * 1000:8.0f} tok/s, {threads} thread(s), torch {torch.__version__})"
               f"  -> Go: {best / go_best:.2f}x faster, {go_cpu / tc:.2f}x the CPU")
     sys.exit(0 if ok else 1)
@@ -183,8 +179,26 @@ def time_only(d, threads):
     weights, _ = read_safetensors(f"{d}/model.safetensors")
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, cfg["vocab_size"], (fx["batch_size"], fx["seq_len"]), generator=g)
+    torch.set_num_threads(threads)
+    a, b = torch.randn(256, 128), torch.randn(128, 512)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(50):
+        a @ b
+    gflops = 50 * 2 * 256 * 128 * 512 / (time.perf_counter() - t0) / 1e9
     t, c = time_steps(Model(cfg, weights), tokens, 8, threads)
-    print(min(t), median(c))
+    print(gflops, min(t), median(c))
+
+
+def blas_core(go_path):
+    """The OPENBLAS_CORETYPE torch's OpenBLAS runs with: the kernels of the
+    ISA Go ran (fixture's go_kernel_path). OpenBLAS 0.3.21 (Debian 12) does
+    not know newer Intel models and falls back to SSE3 "Prescott" kernels,
+    3-10x slower, which would flatter Go. An explicit OPENBLAS_CORETYPE in
+    the environment wins."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    return {"avx512": "SkylakeX", "avx2": "Haswell"}.get(go_path, "")
 
 
 if __name__ == "__main__":
