@@ -10,6 +10,17 @@ mkdir -p "$out"
 export GOEXPERIMENT=simd GOAMD64=v1 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 go build -o "$out/longhaul" ./cmd/longhaul
 go build -o "$out/llamabench" ./bench/llamabench
+# Debian 12's OpenBLAS 0.3.21 does not know newer Intel models and falls
+# back to SSE3 "Prescott" kernels, 3-10x slower: give torch the kernel set
+# of the ISA the Go side runs (LONGHAUL_KERN_PATH, else the CPU's best).
+if [[ -z ${OPENBLAS_CORETYPE:-} ]] && grep -qw avx2 /proc/cpuinfo; then
+	if [[ ${LONGHAUL_KERN_PATH:-} == avx2 ]] || ! grep -qw avx512f /proc/cpuinfo; then
+		export OPENBLAS_CORETYPE=Haswell
+	else
+		export OPENBLAS_CORETYPE=SkylakeX
+	fi
+fi
+echo "# torch's OpenBLAS kernels: ${OPENBLAS_CORETYPE:-as OpenBLAS detects}"
 py() { timeout 3000 /usr/bin/python3 bench/torch_llama.py bench "$@"; }
 tiny="$out/qwen3-tiny" big="$out/qwen3-0.6b-bf16"
 [ -d "$tiny" ] || "$out/longhaul" init-model --family qwen3 --layers 4 --hidden 256 --heads 8 --kv-heads 2 --vocab 151936 --out "$tiny"

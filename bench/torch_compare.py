@@ -11,7 +11,8 @@ the Go training-step times). This script parses the safetensors file itself
 architecture in PyTorch (RMSNorm, rope "rotate_half" or learned positions,
 causal MHA, SwiGLU, tied head; linear weights stored [in, out]), checks the
 logits agree (max abs diff <= 1e-4), then times forward + backward + AdamW on
-the same batch shape and SFT loss as Go and prints the ratio.
+the same batch shape and SFT loss as Go and prints both ratios: wall time
+(best step) and CPU-seconds per step (median, every thread of the process).
 Needs only Debian's python3-torch (1.13) (apt-get install python3-torch), run
 with /usr/bin/python3. Install libopenblas0-pthread too: without it Debian's
 torch falls back to the reference BLAS (about 4 GFLOP/s here, 17x slower), and
@@ -19,7 +20,9 @@ the script warns when its GEMM probe looks that slow.
 """
 import json
 import math
+import os
 import struct
+import subprocess
 import sys
 import time
 
@@ -109,9 +112,9 @@ def time_steps(model, tokens, steps, threads):
     no_decay = [p for n, p in model.p.items() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-    times = []
+    times, cpu = [], []
     for i in range(steps + 2):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         logits = model(tokens)
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -120,7 +123,12 @@ def time_steps(model, tokens, steps, threads):
         opt.step()
         if i >= 2:  # warm-up steps excluded
             times.append((time.perf_counter() - t0) * 1000)
-    return times
+            cpu.append((time.process_time() - c0) * 1000)  # every thread of the process
+    return times, cpu
+
+
+def median(x):
+    return sorted(x)[len(x) // 2]
 
 
 def main():
@@ -141,27 +149,60 @@ def main():
     ok = worst <= 1e-4
     print(f"logits: max |torch - go| = {worst:.3e} over {len(fx['tokens'])} sequences ({'OK' if ok else 'NOT OK'}, bound 1e-4)")
 
-    torch.set_num_threads(1)
-    a, b = torch.randn(256, 128), torch.randn(128, 512)
-    t0 = time.perf_counter()
-    for _ in range(50):
-        a @ b
-    gflops = 50 * 2 * 256 * 128 * 512 / (time.perf_counter() - t0) / 1e9
-    note = "" if gflops > 20 else "  WARNING: slow BLAS; install libopenblas0-pthread for a fair comparison"
-    print(f"torch GEMM probe (256x128x512, 1 thread): {gflops:.1f} GFLOP/s{note}")
-
     B, T = fx["batch_size"], fx["seq_len"]
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, V, (B, T), generator=g)
     go_best = min(fx["go_step_ms"])
-    print(f"go     {B}x{T} SFT step: best {go_best:7.1f} ms  ({B * T / go_best * 1000:8.0f} tok/s, kern {fx['go_kernel_path']})")
+    go_cpu = median(fx["go_step_cpu_ms"]) if fx.get("go_step_cpu_ms") else float("nan")
+    print(f"go     {B}x{T} SFT step: best {go_best:7.1f} ms, CPU {go_cpu:7.1f} ms/step  ({B * T / go_best * 1000:8.0f} tok/s, kern {fx['go_kernel_path']})")
     for threads in (1, 2):
-        t = time_steps(Model(cfg, weights), tokens, 8, threads)
-        best = min(t)
-        print(f"torch  {B}x{T} SFT step: best {best:7.1f} ms  ({B * T / best * 1000:8.0f} tok/s, {threads} thread(s), torch {torch.__version__})"
-              f"  -> Go is {best / go_best:.2f}x faster")
+        # A child process per thread count: OpenBLAS sizes its own pool from
+        # the environment at load time, and torch.set_num_threads(1) alone
+        # left its second thread spinning (CPU per step ~2x the wall time).
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+        core = blas_core(fx["go_kernel_path"])
+        if core:
+            env["OPENBLAS_CORETYPE"] = core
+        out = subprocess.run([sys.executable, __file__, d, "--time", str(threads)], env=env,
+                             check=True, capture_output=True, text=True).stdout
+        gflops, best, tc = (float(v) for v in out.split())
+        note = "" if gflops > 20 else "  WARNING: slow BLAS; install libopenblas0-pthread for a fair comparison"
+        print(f"torch GEMM probe (256x128x512, {threads} thread(s), OpenBLAS kernels {core or 'as detected'}): {gflops:.1f} GFLOP/s{note}")
+        print(f"torch  {B}x{T} SFT step: best {best:7.1f} ms, CPU {tc:7.1f} ms/step  ({B * T / best * 1000:8.0f} tok/s, {threads} thread(s), torch {torch.__version__})"
+              f"  -> Go: {best / go_best:.2f}x faster, {go_cpu / tc:.2f}x the CPU")
     sys.exit(0 if ok else 1)
 
 
+def time_only(d, threads):
+    cfg = json.load(open(f"{d}/config.json"))
+    fx = json.load(open(f"{d}/fixture.json"))
+    weights, _ = read_safetensors(f"{d}/model.safetensors")
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, cfg["vocab_size"], (fx["batch_size"], fx["seq_len"]), generator=g)
+    torch.set_num_threads(threads)
+    a, b = torch.randn(256, 128), torch.randn(128, 512)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(50):
+        a @ b
+    gflops = 50 * 2 * 256 * 128 * 512 / (time.perf_counter() - t0) / 1e9
+    t, c = time_steps(Model(cfg, weights), tokens, 8, threads)
+    print(gflops, min(t), median(c))
+
+
+def blas_core(go_path):
+    """The OPENBLAS_CORETYPE torch's OpenBLAS runs with: the kernels of the
+    ISA Go ran (fixture's go_kernel_path). OpenBLAS 0.3.21 (Debian 12) does
+    not know newer Intel models and falls back to SSE3 "Prescott" kernels,
+    3-10x slower, which would flatter Go. An explicit OPENBLAS_CORETYPE in
+    the environment wins."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    return {"avx512": "SkylakeX", "avx2": "Haswell"}.get(go_path, "")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[2] == "--time":
+        time_only(sys.argv[1], int(sys.argv[3]))
+    else:
+        main()

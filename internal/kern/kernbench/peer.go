@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/kern"
 )
 
 // Peer is the numpy (OpenBLAS) rate per "shape/threads", median GFLOP/s.
@@ -74,12 +78,17 @@ func RunPeer(ctx context.Context, shapes []Shape, o Options) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
+	detected := detectCore(ctx)
+	core := peerCore(kern.SIMDPath(), detected)
 	peer := &Peer{Rates: map[string]float64{}}
 	for _, threads := range []int{1, 2} {
 		cmd := exec.CommandContext(ctx, PeerPython, "-c", peerScript)
 		cmd.Stdin = bytes.NewReader(in)
 		n := strconv.Itoa(threads)
 		cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS="+n, "OMP_NUM_THREADS="+n)
+		if core != "" {
+			cmd.Env = append(cmd.Env, "OPENBLAS_CORETYPE="+core)
+		}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -94,9 +103,66 @@ func RunPeer(ctx context.Context, shapes []Shape, o Options) (*Peer, error) {
 			return nil, fmt.Errorf("kernbench: numpy peer output: %w", err)
 		}
 		peer.Name = res.Name
+		switch {
+		case core != "" && core != detected:
+			peer.Name += fmt.Sprintf(", OpenBLAS kernels %s (it detected %q)", core, detected)
+		case detected != "":
+			peer.Name += ", OpenBLAS kernels " + detected
+		}
 		for k, v := range res.Rates {
 			peer.Rates[k+"/"+n] = v
 		}
 	}
 	return peer, nil
+}
+
+// OpenBLAS kernel sets ("cores") by the widest vector ISA they use.
+var (
+	avx512Cores = []string{"SkylakeX", "Cooperlake", "SapphireRapids"}
+	avx2Cores   = []string{"Haswell", "Zen"}
+)
+
+// peerCore is the OPENBLAS_CORETYPE the peer runs with, "" to leave
+// OpenBLAS's own choice. OpenBLAS picks its kernels from the CPU model, and
+// an OpenBLAS older than the CPU falls back to SSE3 ones: Debian 12's 0.3.21
+// calls this Xeon (family 6, model 207) "Prescott" and runs sgemm at 8–50
+// GFLOP/s where its SkylakeX kernels do ~90 on one core. The peer runs the
+// kernels of the ISA our path runs, so both sides use the same vector width:
+// an AVX-512 set for avx512, an AVX2 one for avx2 (what an AVX2-only CPU
+// would get).
+func peerCore(path, detected string) string {
+	switch path {
+	case "avx512":
+		if slices.Contains(avx512Cores, detected) {
+			return ""
+		}
+		return "SkylakeX"
+	case "avx2":
+		if slices.Contains(avx2Cores, detected) {
+			return ""
+		}
+		return "Haswell"
+	}
+	return ""
+}
+
+// detectCore returns the kernel set OpenBLAS picks on its own (its
+// OPENBLAS_VERBOSE=2 line "Core: NAME"), or "" when it does not say.
+func detectCore(ctx context.Context) string {
+	cmd := exec.CommandContext(ctx, PeerPython, "-c", "import numpy; numpy.ones((4, 4), numpy.float32) @ numpy.ones((4, 4), numpy.float32)")
+	// Without OPENBLAS_CORETYPE at all: set but empty, OpenBLAS reports
+	// "Core not found" and picks yet another set.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "OPENBLAS_CORETYPE=") })
+	cmd.Env = append(env, "OPENBLAS_VERBOSE=2")
+	out, _ := cmd.CombinedOutput()
+	return parseCore(string(out))
+}
+
+func parseCore(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "Core: "); ok {
+			return strings.TrimSpace(name)
+		}
+	}
+	return ""
 }
