@@ -45,7 +45,8 @@ type ended struct {
 func (c *Controller) loop(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	pool := newWorkers() // the rollouts' goroutines (workers.go)
+	defer func() { cancel(); wg.Wait(); pool.stop() }()
 	done := make(chan ended)
 	spawn := func(fn func() ended) {
 		wg.Add(1)
@@ -93,7 +94,7 @@ func (c *Controller) loop(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := c.perform(ctx, &rd, &in, spawn); err != nil {
+		if err := c.perform(ctx, &rd, &in, spawn, pool); err != nil {
 			return err
 		}
 		c.planner.Advance()
@@ -168,7 +169,7 @@ func (c *Controller) tickEvery() time.Duration {
 
 // perform carries out a Ready: its events in one atomic append first,
 // then its effects, each started in a goroutine that reports when it ends.
-func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn func(func() ended)) error {
+func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn func(func() ended), pool *workers) error {
 	if len(rd.Append) > 0 {
 		if err := c.appendDecisions(ctx, rd); err != nil {
 			return err
@@ -182,7 +183,7 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 			return err
 		}
 		in.Running[id] = true
-		spawn(func() ended { return ended{kind: effGroup, group: id, err: c.runGroup(ctx, g, task)} })
+		spawn(func() ended { return ended{kind: effGroup, group: id, err: c.runGroup(ctx, g, task, pool)} })
 	}
 	if rd.Train > 0 {
 		in.Training = true
