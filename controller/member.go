@@ -134,8 +134,8 @@ func (c *Controller) failedInLog(id runlog.RolloutID, attempt uint32) bool {
 }
 
 func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task, ct *callTimer) rollout.Spec {
-	rec := rollout.RecorderFunc(func(ctx context.Context, ev runlog.Event) error {
-		if _, err := c.o.Log.Append(ctx, ev); err != nil {
+	rec := rollout.RecorderFunc(func(ctx context.Context, evs ...runlog.Event) error {
+		if _, err := c.o.Log.Append(ctx, evs...); err != nil {
 			if errors.Is(err, runlog.ErrStaleAttempt) {
 				// A late answer of a fenced attempt: discarded, counted.
 				c.lateResults.Add(1)
@@ -143,12 +143,14 @@ func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, 
 			return err
 		}
 		c.evMu.Lock()
-		if evs, ok := c.events[id]; ok {
-			c.events[id] = append(evs, ev)
+		if cached, ok := c.events[id]; ok {
+			c.events[id] = append(cached, evs...)
 		}
 		c.evMu.Unlock()
-		if _, ok := ev.(runlog.CallFinished); ok {
-			c.o.Crash("call.logged")
+		for _, ev := range evs {
+			if _, ok := ev.(runlog.CallFinished); ok {
+				c.o.Crash("call.logged")
+			}
 		}
 		return nil
 	})

@@ -109,6 +109,9 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 		Seed:        SampleSeed(l.s.Seed, l.s.Rollout, idx),
 	}
 	l.req[0] = req
+	if err := l.flush(ctx); err != nil { // a held step is durable before the call that reads it
+		return runlog.CallFinished{}, err
+	}
 	out, err := l.s.Generator.Generate(ctx, l.req[:])
 	if err != nil {
 		return runlog.CallFinished{}, classify("generate", err)
