@@ -300,13 +300,18 @@ func (l *loop) record(ctx context.Context, ev runlog.Event) error {
 func (l *loop) hold(ev runlog.Event) { l.held = append(l.held, ev) }
 
 // flush makes the held events durable in one append. They are facts
-// already taken, so a cancelled ctx does not stop their append (Append
-// looks at its context only before staging).
+// already taken, so a cancelled ctx does not stop their append: a refusal
+// is retried without the cancel (Append looks at its context only before
+// staging, so a refused append wrote nothing). Not WithoutCancel up
+// front: it allocates, and this runs once per call.
 func (l *loop) flush(ctx context.Context) error {
 	if len(l.held) == 0 {
 		return nil
 	}
-	err := l.s.Recorder.Record(context.WithoutCancel(ctx), l.held...)
+	err := l.s.Recorder.Record(ctx, l.held...)
+	if err != nil && ctx.Err() != nil {
+		err = l.s.Recorder.Record(context.WithoutCancel(ctx), l.held...)
+	}
 	clear(l.held)
 	l.held = l.held[:0]
 	if err != nil {
