@@ -175,15 +175,25 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 			return err
 		}
 	}
-	for _, id := range rd.Launch {
-		var g *runlog.Group
-		c.o.Log.View(func(st *runlog.State) { g = st.Groups[id].Clone() })
+	// The groups as launched, read before their attempts start (a member
+	// with no events clones without allocating); runGroup reads only which
+	// members are sealed.
+	launch := make([]*runlog.Group, len(rd.Launch))
+	c.o.Log.View(func(st *runlog.State) {
+		for i, id := range rd.Launch {
+			launch[i] = st.Groups[id].Clone()
+		}
+	})
+	if err := c.startAttempts(ctx, rd.Launch); err != nil {
+		return err
+	}
+	for _, g := range launch {
 		task, err := c.task(g)
 		if err != nil {
 			return err
 		}
-		in.Running[id] = true
-		spawn(func() ended { return ended{kind: effGroup, group: id, err: c.runGroup(ctx, g, task, pool)} })
+		in.Running[g.ID] = true
+		spawn(func() ended { return ended{kind: effGroup, group: g.ID, err: c.runGroup(ctx, g, task, pool)} })
 	}
 	if rd.Train > 0 {
 		in.Training = true
