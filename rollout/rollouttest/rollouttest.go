@@ -5,9 +5,9 @@ package rollouttest
 
 import (
 	"context"
-	"github.com/longhaul-rl/longhaul/env"
 	"sync"
 
+	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
