@@ -54,7 +54,8 @@ func SampleSeed(seed uint64, id runlog.RolloutID, call uint32) uint64 {
 // this rollout already recorded, in log order, from any attempt; events of
 // other rollouts and kinds are ignored. It returns the result when sealed;
 // on failure it records RolloutFailed and returns an error carrying a
-// *Failure. Cancellation of ctx returns ctx's error without recording.
+// *Failure. Cancellation of ctx returns ctx's error without recording
+// anything new (an environment step already taken is still logged).
 func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 	l, err := newLoop(spec, prior)
 	if err != nil {
