@@ -1,8 +1,8 @@
 package rollout_test
 
 // Tests of the held environment step (rollout.go, hold): it joins the
-// append of a compaction or seal that follows it, and is still durable
-// before the loop's next effect.
+// append of the compaction, call or seal that follows it, and is durable
+// before the next environment step and with the next call's record.
 
 import (
 	"context"
@@ -19,10 +19,15 @@ import (
 )
 
 // batchRecorder keeps each Record call's events as one batch and, like
-// runlog.Log.Append, refuses a call whose context is already done.
+// runlog.Log.Append, refuses a call whose context is already done. With
+// taken set it checks that an append holding a call's record also makes
+// every environment step taken so far durable (a call never is in the log
+// without the step its prompt read).
 type batchRecorder struct {
 	mu      sync.Mutex
 	batches [][]runlog.Event
+	t       *testing.T
+	taken   *int
 }
 
 func (r *batchRecorder) Record(ctx context.Context, evs ...runlog.Event) error {
@@ -32,6 +37,15 @@ func (r *batchRecorder) Record(ctx context.Context, evs ...runlog.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.batches = append(r.batches, append([]runlog.Event(nil), evs...))
+	if r.taken != nil && count[runlog.CallFinished](evs) > 0 {
+		n := 0
+		for _, b := range r.batches {
+			n += count[runlog.EnvStep](b)
+		}
+		if n != *r.taken {
+			r.t.Errorf("a call recorded with %d of the %d environment steps taken", n, *r.taken)
+		}
+	}
 	return nil
 }
 
@@ -79,7 +93,8 @@ func (e watchedEnv) Restore(ctx context.Context, state []byte) error {
 }
 
 // watchedGen checks, before every model call, that every environment
-// step taken is recorded.
+// step taken but the last is recorded (the last goes out with the call's
+// record).
 type watchedGen struct {
 	inner gen.Generator
 	t     *testing.T
@@ -88,13 +103,14 @@ type watchedGen struct {
 }
 
 func (g watchedGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
-	if got := g.rec.steps(); got != *g.taken {
+	if got := g.rec.steps(); got < *g.taken-1 {
 		g.t.Errorf("model call made with %d of the %d environment steps taken recorded", got, *g.taken)
 	}
 	return g.inner.Generate(ctx, reqs)
 }
 
 func watchedSpec(t *testing.T, cc compaction.Config, rec *batchRecorder, taken *int) rollout.Spec {
+	rec.t, rec.taken = t, taken
 	s := ledgerSpec(t, watchedGen{rollouttest.LedgerOracle(compaction.DefaultSummaryRequest), t, rec, taken}, rec, cc)
 	s.NewEnv = func(context.Context) (env.Environment, error) {
 		e, err := reg.New("ledger", nil)
@@ -103,18 +119,20 @@ func watchedSpec(t *testing.T, cc compaction.Config, rec *batchRecorder, taken *
 	return s
 }
 
-// TestHeldStepJoinsTheNextAppend: a compaction declared right after an
-// environment step, and the seal after the last step, share the step's
-// append; every other event is appended alone (a call before its step, a
-// step before the next call); and no model call or environment step runs
-// before every step taken is recorded (watchedGen, watchedEnv). With
-// summarize, the summary call comes between a step and its compaction, so
-// only the seal joins.
+// TestHeldStepJoinsTheNextAppend: every environment step shares the
+// append of what follows it (a compaction declared right after it, the
+// next call's record, or the seal); every other event is appended alone
+// (a call before its step, a compaction before the next call); no
+// environment step runs before every earlier step is recorded
+// (watchedEnv), no call is recorded without the steps before it
+// (batchRecorder), and no model call runs with more than the last step
+// unrecorded (watchedGen). With summarize, the summary call joins the step
+// and its compaction goes alone.
 func TestHeldStepJoinsTheNextAppend(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		cc     compaction.Config
-		joined bool
+		joined bool // compactions join the step before them
 	}{{"recency", recency, true}, {"summarize", summarizeCC, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec, taken := &batchRecorder{}, 0
@@ -131,18 +149,14 @@ func TestHeldStepJoinsTheNextAppend(t *testing.T) {
 				switch {
 				case len(b) == 1:
 				case len(b) == 2 && isKind[runlog.EnvStep](b[0]) &&
-					(tc.joined && isKind[runlog.Compaction](b[1]) || isKind[runlog.RolloutSealed](b[1])):
+					(tc.joined && isKind[runlog.Compaction](b[1]) || isKind[runlog.CallFinished](b[1]) || isKind[runlog.RolloutSealed](b[1])):
 					pairs++
 				default:
 					t.Fatalf("append %d holds %s", i, kinds(b))
 				}
 			}
-			want := 1 // the seal
-			if tc.joined {
-				want += res.Compactions
-			}
-			if pairs != want {
-				t.Fatalf("%d joined appends, want %d (%d compactions)", pairs, want, res.Compactions)
+			if pairs != res.Turns {
+				t.Fatalf("%d joined appends, want one per step (%d)", pairs, res.Turns)
 			}
 			if taken != res.Turns || rec.steps() != taken {
 				t.Fatalf("%d steps taken, %d recorded, %d turns", taken, rec.steps(), res.Turns)
@@ -156,9 +170,9 @@ func TestHeldStepJoinsTheNextAppend(t *testing.T) {
 
 // TestHeldStepLoggedWhenCancelled: an attempt cancelled while an
 // environment step runs still logs that step (it was taken), whatever the
-// loop does next: a compaction declared (the joint append is refused and
-// the step goes alone) or the next model call. Nothing after it is
-// logged, and Run returns the context's error.
+// loop does next: a compaction declared or the next model call (the joint
+// append is refused and the step goes alone). Nothing after it is logged,
+// and Run returns the context's error.
 func TestHeldStepLoggedWhenCancelled(t *testing.T) {
 	// The oracle's rollout with recency: find a step followed by a
 	// compaction and one followed by a call.
@@ -173,7 +187,7 @@ func TestHeldStepLoggedWhenCancelled(t *testing.T) {
 		}
 		if len(b) == 2 && isKind[runlog.Compaction](b[1]) && beforeCompaction < 0 {
 			beforeCompaction = step
-		} else if len(b) == 1 && beforeCall < 0 {
+		} else if len(b) == 2 && isKind[runlog.CallFinished](b[1]) && beforeCall < 0 {
 			beforeCall = step
 		}
 		step++

@@ -293,11 +293,11 @@ func (l *loop) record(ctx context.Context, ev runlog.Event) error {
 }
 
 // hold records ev with the loop's next append: for an environment step,
-// which nothing acts on before the loop's next effect (a model call or
-// another step). Every effect flushes first (call, envStep), and so does
-// every exit of Run, so the step is still durable before anything depends
-// on it; a compaction or the seal that follows it with no effect between
-// joins it in one append, one fsync fewer.
+// which nothing outside the process acts on before the next step. The next
+// step flushes first (envStep), and so does every exit of Run; the model
+// call in between does not (it changes nothing outside the process), so a
+// step goes out in one append with the compaction, the next call's record
+// or the seal that follows it: one fsync per turn instead of two.
 func (l *loop) hold(ev runlog.Event) { l.held = append(l.held, ev) }
 
 // flush makes the held events durable in one append. They are facts
