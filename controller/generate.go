@@ -104,7 +104,7 @@ func (c *Controller) task(g *runlog.Group) (env.Task, error) {
 	return t, nil
 }
 
-func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Task) error {
+func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Task, pool *workers) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(g.Members))
 	for i, m := range g.Members {
@@ -112,10 +112,10 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		pool.run(func() {
 			defer wg.Done()
 			errs[i] = c.runMember(ctx, g, m.ID, task)
-		}()
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {

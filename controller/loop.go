@@ -45,7 +45,8 @@ type ended struct {
 func (c *Controller) loop(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	pool := newWorkers() // the rollouts' goroutines (workers.go)
+	defer func() { cancel(); wg.Wait(); pool.stop() }()
 	done := make(chan ended)
 	spawn := func(fn func() ended) {
 		wg.Add(1)
@@ -93,7 +94,7 @@ func (c *Controller) loop(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := c.perform(ctx, &rd, &in, spawn); err != nil {
+		if err := c.perform(ctx, &rd, &in, spawn, pool); err != nil {
 			return err
 		}
 		c.planner.Advance()
@@ -168,21 +169,31 @@ func (c *Controller) tickEvery() time.Duration {
 
 // perform carries out a Ready: its events in one atomic append first,
 // then its effects, each started in a goroutine that reports when it ends.
-func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn func(func() ended)) error {
+func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn func(func() ended), pool *workers) error {
 	if len(rd.Append) > 0 {
 		if err := c.appendDecisions(ctx, rd); err != nil {
 			return err
 		}
 	}
-	for _, id := range rd.Launch {
-		var g *runlog.Group
-		c.o.Log.View(func(st *runlog.State) { g = st.Groups[id].Clone() })
+	// The groups as launched, read before their attempts start (a member
+	// with no events clones without allocating); runGroup reads only which
+	// members are sealed.
+	launch := make([]*runlog.Group, len(rd.Launch))
+	c.o.Log.View(func(st *runlog.State) {
+		for i, id := range rd.Launch {
+			launch[i] = st.Groups[id].Clone()
+		}
+	})
+	if err := c.startAttempts(ctx, rd.Launch); err != nil {
+		return err
+	}
+	for _, g := range launch {
 		task, err := c.task(g)
 		if err != nil {
 			return err
 		}
-		in.Running[id] = true
-		spawn(func() ended { return ended{kind: effGroup, group: id, err: c.runGroup(ctx, g, task)} })
+		in.Running[g.ID] = true
+		spawn(func() ended { return ended{kind: effGroup, group: g.ID, err: c.runGroup(ctx, g, task, pool)} })
 	}
 	if rd.Train > 0 {
 		in.Training = true

@@ -109,6 +109,11 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 		Seed:        SampleSeed(l.s.Seed, l.s.Rollout, idx),
 	}
 	l.req[0] = req
+	// A held step is not flushed before the call: generation acts on
+	// nothing outside the process, and the step goes out in the call's own
+	// append (record), so a durable call always has its step. A crash in
+	// between costs the call (not logged, generated again) and retakes
+	// the step under its idempotency key, as a crash after any step does.
 	out, err := l.s.Generator.Generate(ctx, l.req[:])
 	if err != nil {
 		return runlog.CallFinished{}, classify("generate", err)

@@ -36,8 +36,10 @@ func (r *retainer) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Resu
 	return r.g.Generate(ctx, reqs)
 }
 
-func (r *retainer) Record(_ context.Context, ev runlog.Event) error {
-	r.events, r.eventCopies = append(r.events, ev), append(r.eventCopies, fmt.Sprintf("%#v", ev))
+func (r *retainer) Record(_ context.Context, evs ...runlog.Event) error {
+	for _, ev := range evs {
+		r.events, r.eventCopies = append(r.events, ev), append(r.eventCopies, fmt.Sprintf("%#v", ev))
+	}
 	return nil
 }
 
@@ -250,7 +252,7 @@ func (g shared) Generate(_ context.Context, reqs []gen.Request) ([]gen.Result, e
 // sliceRecorder keeps events in a slice with room for a rollout's.
 type sliceRecorder struct{ evs []runlog.Event }
 
-func (r *sliceRecorder) Record(_ context.Context, ev runlog.Event) error {
-	r.evs = append(r.evs, ev)
+func (r *sliceRecorder) Record(_ context.Context, evs ...runlog.Event) error {
+	r.evs = append(r.evs, evs...)
 	return nil
 }

@@ -44,9 +44,9 @@ func (l *loop) step(ctx context.Context, action string) error {
 				return classify("env.snapshot", err)
 			}
 		}
-		if err := l.record(ctx, st); err != nil {
-			return err
-		}
+		// Durable before the loop's next effect, with the compaction or
+		// seal that may follow it (hold).
+		l.hold(st)
 		l.success = res.Success
 	}
 	l.turns++

@@ -92,6 +92,9 @@ func (l *loop) chatAction(sampled []int32) string {
 // message-level environment, StepMessage with the logged message (the
 // reply messages become the observation's JSON).
 func (l *loop) envStep(ctx context.Context, turn int, action string) (env.StepResult, error) {
+	if err := l.flush(ctx); err != nil { // the previous step is durable before this one
+		return env.StepResult{}, err
+	}
 	ctx = l.envCtx(ctx, turn)
 	if l.cb.menv == nil {
 		return l.env.Step(ctx, action)

@@ -24,16 +24,18 @@ import (
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
-// Recorder makes an event durable; Record returns once it is.
+// Recorder makes events durable: Record returns once all of evs are, as
+// one atomic append (after a crash all of them are in the log or none).
+// It must not keep evs: the loop reuses the slice.
 type Recorder interface {
-	Record(ctx context.Context, ev runlog.Event) error
+	Record(ctx context.Context, evs ...runlog.Event) error
 }
 
 // RecorderFunc adapts a function to Recorder.
-type RecorderFunc func(ctx context.Context, ev runlog.Event) error
+type RecorderFunc func(ctx context.Context, evs ...runlog.Event) error
 
 // Record implements Recorder.
-func (f RecorderFunc) Record(ctx context.Context, ev runlog.Event) error { return f(ctx, ev) }
+func (f RecorderFunc) Record(ctx context.Context, evs ...runlog.Event) error { return f(ctx, evs...) }
 
 // Validator inspects a selected candidate; a non-nil error rejects it and
 // its text becomes CallFinished.Reject.
@@ -52,7 +54,8 @@ func SampleSeed(seed uint64, id runlog.RolloutID, call uint32) uint64 {
 // this rollout already recorded, in log order, from any attempt; events of
 // other rollouts and kinds are ignored. It returns the result when sealed;
 // on failure it records RolloutFailed and returns an error carrying a
-// *Failure. Cancellation of ctx returns ctx's error without recording.
+// *Failure. Cancellation of ctx returns ctx's error without recording
+// anything new (an environment step already taken is still logged).
 func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 	l, err := newLoop(spec, prior)
 	if err != nil {
@@ -62,6 +65,16 @@ func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 		return r, nil
 	}
 	res, err := l.run(ctx)
+	if len(l.held) > 0 && (err == nil || ctx.Err() != nil) {
+		// A step held when the loop ends (cancelled between the step and
+		// the next append) is logged before the environment is closed.
+		if ferr := l.flush(ctx); ferr != nil {
+			l.log.Warn("logging the last environment step", "rollout", spec.Rollout, "err", ferr)
+			if err == nil {
+				err = ferr
+			}
+		}
+	}
 	if l.env != nil {
 		// Close even if ctx is done: a remote session must not leak.
 		if cerr := l.env.Close(context.WithoutCancel(ctx)); cerr != nil {
@@ -80,7 +93,8 @@ func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 	}
 	ferr := classify("rollout", err)
 	ev := runlog.RolloutFailed{Rollout: spec.Rollout, Attempt: spec.Attempt, Class: ClassOf(ferr), Reason: ferr.Error()}
-	if rerr := spec.Recorder.Record(ctx, ev); rerr != nil {
+	// A step held back goes first, in the same append.
+	if rerr := spec.Recorder.Record(ctx, append(l.held, ev)...); rerr != nil {
 		return Result{}, errors.Join(ferr, Infra("record", rerr))
 	}
 	return Result{}, ferr
@@ -151,6 +165,10 @@ type loop struct {
 	// that returned early on a canceled context (gen.Batcher) may still
 	// read it, but an attempt makes no call after a failed one.
 	req [1]gen.Request
+	// held are events recorded but not yet appended (hold): the next
+	// append takes them first, and no effect runs while any is held.
+	held    []runlog.Event
+	heldBuf [4]runlog.Event // held's first array, in the loop's own allocation
 }
 
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
@@ -164,6 +182,7 @@ func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 		return nil, err
 	}
 	l := &loop{s: s, log: s.Logger, compactedAt: -1, obsRole: s.ObservationRole}
+	l.held = l.heldBuf[:0]
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -254,8 +273,49 @@ func (l *loop) diverged(want string) error {
 	return Data("resume", fmt.Errorf("%w: at prior event %d: loop expects %s, log has %T", ErrDiverged, l.pos, want, l.peek()))
 }
 
+// record makes ev durable, in one append with the events held before it.
 func (l *loop) record(ctx context.Context, ev runlog.Event) error {
-	if err := l.s.Recorder.Record(ctx, ev); err != nil {
+	l.held = append(l.held, ev)
+	err := l.s.Recorder.Record(ctx, l.held...)
+	if err != nil && len(l.held) > 1 && ctx.Err() != nil {
+		// Cancelled before the append: the held steps were taken, so they
+		// are logged on their own, as they were before the hold; ev is not.
+		if herr := l.s.Recorder.Record(context.WithoutCancel(ctx), l.held[:len(l.held)-1]...); herr != nil {
+			l.log.Warn("logging a held environment step", "rollout", l.s.Rollout, "err", herr)
+		}
+	}
+	clear(l.held)
+	l.held = l.held[:0]
+	if err != nil {
+		return &recordError{err}
+	}
+	return nil
+}
+
+// hold records ev with the loop's next append: for an environment step,
+// which nothing outside the process acts on before the next step. The next
+// step flushes first (envStep), and so does every exit of Run; the model
+// call in between does not (it changes nothing outside the process), so a
+// step goes out in one append with the compaction, the next call's record
+// or the seal that follows it: one fsync per turn instead of two.
+func (l *loop) hold(ev runlog.Event) { l.held = append(l.held, ev) }
+
+// flush makes the held events durable in one append. They are facts
+// already taken, so a cancelled ctx does not stop their append: a refusal
+// is retried without the cancel (Append looks at its context only before
+// staging, so a refused append wrote nothing). Not WithoutCancel up
+// front: it allocates, and this runs once per call.
+func (l *loop) flush(ctx context.Context) error {
+	if len(l.held) == 0 {
+		return nil
+	}
+	err := l.s.Recorder.Record(ctx, l.held...)
+	if err != nil && ctx.Err() != nil {
+		err = l.s.Recorder.Record(context.WithoutCancel(ctx), l.held...)
+	}
+	clear(l.held)
+	l.held = l.held[:0]
+	if err != nil {
 		return &recordError{err}
 	}
 	return nil

@@ -5,9 +5,9 @@ package rollouttest
 
 import (
 	"context"
-	"github.com/longhaul-rl/longhaul/env"
 	"sync"
 
+	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -71,13 +71,13 @@ type Recorder struct {
 }
 
 // Record implements rollout.Recorder.
-func (r *Recorder) Record(_ context.Context, ev runlog.Event) error {
+func (r *Recorder) Record(_ context.Context, evs ...runlog.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.Fail != nil {
 		return r.Fail
 	}
-	r.events = append(r.events, ev)
+	r.events = append(r.events, evs...)
 	return nil
 }
 

@@ -1,0 +1,80 @@
+package controller
+
+import (
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestWorkersReuseAndStop: functions run at once however many are in
+// flight (no bound), a later batch runs on the idle workers of the first
+// (no new goroutines), and stop ends them all.
+func TestWorkersReuseAndStop(t *testing.T) {
+	const n = 8
+	base := runtime.NumGoroutine()
+	w := newWorkers()
+	batch := func() int {
+		var started, done sync.WaitGroup
+		release := make(chan struct{})
+		started.Add(n)
+		done.Add(n)
+		for range n {
+			w.run(func() {
+				defer done.Done()
+				started.Done()
+				<-release // every function is in flight at once
+			})
+		}
+		waitOrFail(t, started.Wait, "the functions to start together")
+		running := runtime.NumGoroutine() - base
+		close(release)
+		waitOrFail(t, done.Wait, "the functions to end")
+		return running
+	}
+	if got := batch(); got != n {
+		t.Fatalf("first batch ran on %d goroutines, want %d", got, n)
+	}
+	// The workers go idle after their function returns; give them a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for idleWorkers() < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := batch(); got != n {
+		t.Fatalf("second batch: %d goroutines beside the test's, want the first batch's %d", got, n)
+	}
+	waitOrFail(t, w.stop, "stop")
+	deadline = time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := runtime.NumGoroutine(); got > base {
+		t.Fatalf("%d goroutines after stop, %d before the pool", got, base)
+	}
+}
+
+// idleWorkers counts the workers waiting for a function, from a dump of
+// every goroutine's stack.
+func idleWorkers() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "(*workers).work") {
+			n++
+		}
+	}
+	return n
+}
+
+func waitOrFail(t *testing.T, wait func(), what string) {
+	t.Helper()
+	ch := make(chan struct{})
+	go func() { wait(); close(ch) }()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
