@@ -121,5 +121,67 @@ G.append('\t\tpanic("kern: no AVX-512 tile of that shape")')
 G.append("\t}")
 G.append("}\n")
 
+# asmZGemv32xG: the m = 1 product over G (1..8) of Pack's 32-wide panels at
+# once: G contiguous streams (panel g's row p at b + g·ps + p·128 bytes, two
+# cache lines per p), 2G zmm accumulators (16 at G = 8) for the whole k
+# loop, the broadcast of a[p] in Z31. Lane j of panel g is the chain
+# c = fma(a[p], B(p, 32g+j), c) over p in order, from +0 or from C: the
+# bits of MatMul and of the AVX2 asmGemv16xG.
+ZGEMV_ARGS = "k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool"
+ZGEMV_BASES = ["SI", "R12", "R13"]
+
+
+def zgemv_addr(g, off=0):
+    b = ZGEMV_BASES[g // 3]
+    q = g % 3
+    o = f"{off}" if off else ""
+    return f"{o}({b})" if q == 0 else f"{o}({b})(R8*{q})"
+
+
+def zgemv(G_):
+    name = f"asmZGemv32x{G_}"
+    G.append(f"// {name}: for g < {G_}, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),")
+    G.append("// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.")
+    G.append("//\n//go:noescape")
+    G.append(f"func {name}({ZGEMV_ARGS})\n")
+    A(f"// func {name}({ZGEMV_ARGS})")
+    A(f"TEXT ·{name}(SB), NOSPLIT, $0-41")
+    A("\tMOVQ k+0(FP), CX")
+    A("\tMOVQ a+8(FP), DI")
+    A("\tMOVQ b+16(FP), SI")
+    A("\tMOVQ ps+24(FP), R8")
+    A("\tMOVQ c+32(FP), DX")
+    nb = (G_ + 2) // 3
+    if nb > 1:
+        A("\tLEAQ (R8)(R8*2), AX")
+        for i in range(1, nb):
+            A(f"\tLEAQ ({ZGEMV_BASES[i-1]})(AX*1), {ZGEMV_BASES[i]}")
+    A("\tCMPB load+40(FP), $0")
+    A("\tJEQ zero")
+    for v in range(2 * G_):
+        A(f"\tVMOVUPS {v*64 or ''}(DX), Z{v}")
+    A("\tJMP loop")
+    A("zero:")
+    for v in range(2 * G_):
+        A(f"\tVPXORD Z{v}, Z{v}, Z{v}")
+    A("loop:")
+    A("\tVBROADCASTSS (DI), Z31")
+    for g in range(G_):
+        for v in range(2):
+            A(f"\tVFMADD231PS {zgemv_addr(g, v*64)}, Z31, Z{2*g+v}")
+    for i in range(nb):
+        A(f"\tADDQ $128, {ZGEMV_BASES[i]}")
+    A("\tADDQ $4, DI")
+    A("\tDECQ CX")
+    A("\tJNZ loop")
+    for v in range(2 * G_):
+        A(f"\tVMOVUPS Z{v}, {v*64 or ''}(DX)")
+    A("\tVZEROUPPER")
+    A("\tRET\n")
+
+
+for g in range(1, 9):
+    zgemv(g)
+
 open("kernels_avx512_amd64.s", "w").write("\n".join(S))
 open("asm512_amd64.go", "w").write("\n".join(G))
