@@ -124,7 +124,8 @@ G.append("}\n")
 # asmZGemv32xG: the m = 1 product over G (1..8) of Pack's 32-wide panels at
 # once: G contiguous streams (panel g's row p at b + g·ps + p·128 bytes, two
 # cache lines per p), 2G zmm accumulators (16 at G = 8) for the whole k
-# loop, the broadcast of a[p] in Z31. Lane j of panel g is the chain
+# loop, the broadcast of a[p] in Z31; both lines of each stream's step are
+# prefetched 1 KiB ahead (as the AVX2 kernel; harmless past the end). Lane j of panel g is the chain
 # c = fma(a[p], B(p, 32g+j), c) over p in order, from +0 or from C: the
 # bits of MatMul and of the AVX2 asmGemv16xG.
 ZGEMV_ARGS = "k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool"
@@ -138,7 +139,7 @@ def zgemv_addr(g, off=0):
     return f"{o}({b})" if q == 0 else f"{o}({b})(R8*{q})"
 
 
-def zgemv(G_):
+def zgemv(G_, pf=1024):
     name = f"asmZGemv32x{G_}"
     G.append(f"// {name}: for g < {G_}, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),")
     G.append("// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.")
@@ -166,6 +167,10 @@ def zgemv(G_):
         A(f"\tVPXORD Z{v}, Z{v}, Z{v}")
     A("loop:")
     A("\tVBROADCASTSS (DI), Z31")
+    if pf:
+        for g in range(G_):
+            A(f"\tPREFETCHT0 {zgemv_addr(g, pf)}")
+            A(f"\tPREFETCHT0 {zgemv_addr(g, pf+64)}")
     for g in range(G_):
         for v in range(2):
             A(f"\tVFMADD231PS {zgemv_addr(g, v*64)}, Z31, Z{2*g+v}")
