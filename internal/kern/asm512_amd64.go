@@ -439,3 +439,51 @@ func asmZGemv32x7(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsaf
 //
 //go:noescape
 func asmZGemv32x8(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x1: for j < 32: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x1(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x2: for j < 64: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x2(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x3: for j < 96: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x3(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x4: for j < 128: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x4(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x5: for j < 160: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x5(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x6: for j < 192: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x6(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x7: for j < 224: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x7(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x8: for j < 256: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x8(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)

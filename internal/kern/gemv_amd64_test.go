@@ -94,7 +94,7 @@ func TestGEMVMatchesMatMul(t *testing.T) {
 // short c.
 func TestGEMVPackedAPI(t *testing.T) {
 	r := rand.New(rand.NewPCG(73, 74))
-	k, n := 512, 1000 // 2 MB: over gemvForkMinBytes
+	k, n := 512, 1100 // 2.25 MB: over gemvForkMinBytes
 	a, b := randVec(r, k), randVec(r, k*n)
 	want, got := make([]float32, n), make([]float32, n)
 	MatMul(want, a, b, 1, k, n, false)

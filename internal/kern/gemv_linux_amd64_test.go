@@ -11,32 +11,69 @@ import (
 	"time"
 )
 
+// gemvCase is a list of m = 1 products (k, n) run one after the other.
+type gemvCase struct {
+	name  string
+	prods [][2]int
+}
+
+// modelBDecode: model B's (L = 4, d = 256, F = 704, V = 264) batch-1
+// decode products, one token: per layer qkv, proj, fc (SwiGLU: 2F), fc2,
+// then the head; 13.1 MB of weights, inside the Xeon's 260 MiB L3.
+func modelBDecode() [][2]int {
+	var p [][2]int
+	for range 4 {
+		p = append(p, [2]int{256, 768}, [2]int{256, 256}, [2]int{256, 1408}, [2]int{704, 256})
+	}
+	return append(p, [2]int{256, 264})
+}
+
 // BenchmarkGEMVAlternate: the m = 1 product old vs new, both paths,
-// alternated: every round times each form once (a whole pass over the
-// weight, repeated for ≥ 20 ms) right after a plain read of the same
+// alternated: every round times each form once (whole passes over the
+// weights, repeated for ≥ 20 ms) right after a plain read of the same
 // bytes, so a burst of other jobs lowers a whole round rather than one
 // form. Logs, per form, the median GB/s of weight bytes (wall clock), the
 // median GB/s in the thread's own CPU time (single-thread forms) and the
-// median of the per-round ratios to the read. Sizes: 16 and 64 MB (inside
-// the Xeon's 260 MiB L3) and 512 MB (DRAM). Forms: read (ReadLoop, 1 and 2
-// cores), packed-ISA (the panel GEMV, 1 and 2 column blocks), inplace-ISA
-// (MatMul on the plain weight: what decode ran before; AVX2's row-axpy,
-// AVX-512's archsimd 1×128 kernel).
+// median of the per-round ratios to the read (2-core forms: to the 2-core
+// read). Cases: 16 and 64 MB (inside the Xeon's 260 MiB L3), 512 MB
+// (DRAM), model B's decode products, and its fc product alone (1.4 MB: L2). Forms: read (ReadLoop, 1 and 2
+// cores; 1 and 4 streams), packed-ISA (the panel GEMV, 1 and 2 column
+// blocks), inplace-ISA (MatMul on the plain weight: the strip GEMV),
+// old-rows-avx2 (asmAxpyRows, AVX2's m = 1 path before session 6) and
+// old-archsimd-avx512 (the archsimd 1×128 kernel, AVX-512's).
 func BenchmarkGEMVAlternate(b *testing.B) {
 	if cpuISA < isaAVX2 {
 		b.Skip("no AVX2+FMA")
 	}
 	const rounds = 9
-	for _, s := range [][2]int{{1024, 4096}, {4096, 4096}, {32768, 4096}} {
-		k, n := s[0], s[1]
-		b.Run(fmt.Sprintf("%dMB", 4*k*n>>20), func(b *testing.B) {
-			bb := make([]float32, k*n)
+	for _, cs := range []gemvCase{
+		{"16MB", [][2]int{{1024, 4096}}}, {"64MB", [][2]int{{4096, 4096}}},
+		{"512MB", [][2]int{{32768, 4096}}}, {"modelB", modelBDecode()}, {"1.4MB", [][2]int{{256, 1408}}},
+	} {
+		b.Run(cs.name, func(b *testing.B) {
+			total := 0
+			for _, p := range cs.prods {
+				total += p[0] * p[1]
+			}
+			bb := make([]float32, total)
 			for i := range bb {
 				bb[i] = float32(i%1021) * (1.0 / 1024)
 			}
-			a, c := make([]float32, k), make([]float32, n)
+			a, c := make([]float32, 4096*8), make([]float32, 4096)
 			for i := range a {
 				a[i] = float32(i%7) - 3
+			}
+			ws := make([][]float32, len(cs.prods))
+			off := 0
+			for i, p := range cs.prods {
+				ws[i], off = bb[off:off+p[0]*p[1]], off+p[0]*p[1]
+			}
+			each := func(f func(i, k, n int)) func() {
+				return func() {
+					for i, p := range cs.prods {
+						f(i, p[0], p[1])
+					}
+				}
 			}
 			type form struct {
 				name string
@@ -50,14 +87,25 @@ func BenchmarkGEMVAlternate(b *testing.B) {
 				{"read-1c-4streams", func() { readStreams(4, bb) }},
 			}
 			for _, isa := range availableISAs() {
-				pk := new(Packed)
-				packWidth(pk, bb, k, n, packWidthOf(isa))
+				pks := make([]Packed, len(cs.prods))
+				for i, p := range cs.prods {
+					packWidth(&pks[i], ws[i], p[0], p[1], packWidthOf(isa))
+				}
 				forms = append(forms,
-					form{"packed-" + isaName(isa) + "-1c", func() { gemvPackedISA(isa, c, a, pk, false, 1) }},
-					form{"packed-" + isaName(isa) + "-2c", func() { gemvPackedISA(isa, c, a, pk, false, 2) }},
-					form{"inplace-" + isaName(isa), func() { mmISA(isa, kindNN, c, a, bb, 1, k, n, false, 0, 1) }})
+					form{"packed-" + isaName(isa) + "-1c", each(func(i, k, n int) { gemvPackedISA(isa, c, a, &pks[i], false, 1) })},
+					form{"packed-" + isaName(isa) + "-2c", each(func(i, k, n int) { gemvPackedISA(isa, c, a, &pks[i], false, 2) })},
+					form{"inplace-" + isaName(isa), each(func(i, k, n int) { mmISA(isa, kindNN, c, a, ws[i], 1, k, n, false, 0, 1) })})
 			}
-			bytes := float64(4 * k * n)
+			forms = append(forms, form{"old-rows-avx2", each(func(i, k, n int) {
+				gemvRows(c, operand{a, k, 1}, operand{ws[i], n, 1}, k, n, false)
+			})})
+			if cpuISA >= isaAVX512 {
+				sc := new(scratch)
+				forms = append(forms, form{"old-archsimd-avx512", each(func(i, k, n int) {
+					gemm512simd(c, n, operand{a, k, 1}, operand{ws[i], n, 1}, 1, k, n, false, true, sc)
+				})})
+			}
+			bytes := float64(4 * total)
 			wall := make([][]float64, len(forms))
 			cpu := make([][]float64, len(forms))
 			ratio := make([][]float64, len(forms))
@@ -84,7 +132,7 @@ func BenchmarkGEMVAlternate(b *testing.B) {
 				}
 			}
 			var sb strings.Builder
-			fmt.Fprintf(&sb, "%d×%d (%d MB), %d rounds, median GB/s wall | thread-CPU | ×read (same round)\n", k, n, 4*k*n>>20, len(wall[0]))
+			fmt.Fprintf(&sb, "%s (%.1f MB of weights), %d rounds, median GB/s wall | thread-CPU | ×read (same round)\n", cs.name, bytes/1e6, len(wall[0]))
 			for i, f := range forms {
 				fmt.Fprintf(&sb, "  %-20s %6.1f | %6.1f | %.2f\n", f.name, med(wall[i]), med(cpu[i]), med(ratio[i]))
 			}

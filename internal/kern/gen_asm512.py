@@ -188,5 +188,53 @@ def zgemv(G_, pf=1024):
 for g in range(1, 9):
     zgemv(g)
 
+# asmZGemvRow32xG: the m = 1 product with B read in place (row stride bs
+# bytes): 32G contiguous floats of every row, 2G zmm accumulators for the
+# whole k loop, each row's lines prefetched pf bytes ahead; the same chains
+# as asmGemvRow16xG and MatMul.
+ZROW_ARGS = "k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool"
+
+
+def zgemv_row(G_):
+    name = f"asmZGemvRow32x{G_}"
+    G.append(f"// {name}: for j < {32*G_}: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j")
+    G.append("// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.")
+    G.append("//\n//go:noescape")
+    G.append(f"func {name}({ZROW_ARGS})\n")
+    A(f"// func {name}({ZROW_ARGS})")
+    A(f"TEXT ·{name}(SB), NOSPLIT, $0-49")
+    A("\tMOVQ k+0(FP), CX")
+    A("\tMOVQ a+8(FP), DI")
+    A("\tMOVQ b+16(FP), SI")
+    A("\tMOVQ bs+24(FP), R8")
+    A("\tMOVQ pf+32(FP), R9")
+    A("\tMOVQ c+40(FP), DX")
+    A("\tCMPB load+48(FP), $0")
+    A("\tJEQ zero")
+    for v in range(2 * G_):
+        A(f"\tVMOVUPS {v*64 or ''}(DX), Z{v}")
+    A("\tJMP loop")
+    A("zero:")
+    for v in range(2 * G_):
+        A(f"\tVPXORD Z{v}, Z{v}, Z{v}")
+    A("loop:")
+    A("\tVBROADCASTSS (DI), Z31")
+    for v in range(2 * G_):
+        A(f"\tPREFETCHT0 {v*64 or ''}(SI)(R9*1)")
+    for v in range(2 * G_):
+        A(f"\tVFMADD231PS {v*64 or ''}(SI), Z31, Z{v}")
+    A("\tADDQ R8, SI")
+    A("\tADDQ $4, DI")
+    A("\tDECQ CX")
+    A("\tJNZ loop")
+    for v in range(2 * G_):
+        A(f"\tVMOVUPS Z{v}, {v*64 or ''}(DX)")
+    A("\tVZEROUPPER")
+    A("\tRET\n")
+
+
+for g in range(1, 9):
+    zgemv_row(g)
+
 open("kernels_avx512_amd64.s", "w").write("\n".join(S))
 open("asm512_amd64.go", "w").write("\n".join(G))

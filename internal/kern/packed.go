@@ -70,7 +70,7 @@ func GEMVPacked(c, a []float32, B *Packed, acc bool, shards int) {
 // gemvForkMinBytes is the smallest packed B (bytes) GEMVPacked splits over
 // cores: below it the fork-join (µs, tens of µs when a helper must be
 // woken) costs more than half the product saves (BenchmarkGEMVShards).
-const gemvForkMinBytes = 1 << 20
+const gemvForkMinBytes = 2 << 20
 
 // gemvShards is the number of column blocks GEMVPacked uses for a k×n B.
 func gemvShards(k, n, shards int) int {
