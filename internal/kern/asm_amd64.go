@@ -126,42 +126,6 @@ func asmGemv16x5(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe
 //go:noescape
 func asmGemv16x6(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
 
-// asmGemvRow16x1: for j < 16: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
-// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
-//
-//go:noescape
-func asmGemvRow16x1(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
-
-// asmGemvRow16x2: for j < 32: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
-// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
-//
-//go:noescape
-func asmGemvRow16x2(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
-
-// asmGemvRow16x3: for j < 48: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
-// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
-//
-//go:noescape
-func asmGemvRow16x3(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
-
-// asmGemvRow16x4: for j < 64: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
-// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
-//
-//go:noescape
-func asmGemvRow16x4(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
-
-// asmGemvRow16x5: for j < 80: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
-// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
-//
-//go:noescape
-func asmGemvRow16x5(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
-
-// asmGemvRow16x6: for j < 96: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
-// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
-//
-//go:noescape
-func asmGemvRow16x6(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
-
 // asmReadY1 reads 1 segment(s) of n bytes (n a positive multiple of 64), segment s at p + s·seg, front to back.
 //
 //go:noescape

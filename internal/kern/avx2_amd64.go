@@ -14,16 +14,11 @@ const asmRows = 6
 // gemm256 is the AVX2+FMA driver: K-blocks of kcBlk, column panels of 16
 // (8 for a last remainder ≤ 8), row tiles of 6 with one shorter tile for the
 // remainder. For m = 1 with contiguous B rows (decode GEMV) the product runs
-// as strips of up to 96 columns held in registers over all rows
-// (gemvInPlace) when B is cache-sized, else as axpys over whole rows of B
-// (gemvRows), which stream better from DRAM. With pk (B from Pack, B is
+// as axpys over whole rows of B (gemvRows). With pk (B from Pack, B is
 // then its plain form) the panels come from pk.
 func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel, pk *Packed) {
 	j0 := 0
-	switch {
-	case m == 1 && B.cs == 1 && A.cs == 1 && n >= 16 && gemvStrips(k, n):
-		j0 = gemvInPlace(isaAVX2, c, A.s, B.s, B.rs, k, n, acc)
-	case m == 1 && B.cs == 1 && n >= 8:
+	if m == 1 && B.cs == 1 && n >= 8 {
 		j0 = gemvRows(c, A, B, k, n, acc)
 	}
 	if j0 == n {

@@ -31,7 +31,7 @@ func gemm512(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool,
 		// held in zmm registers over all rows; the < 32 columns left by
 		// the archsimd kernels (which also take a DRAM-sized B: they
 		// stream it better).
-		nw := gemvInPlace(isaAVX512, c, A.s, B.s, B.rs, k, n, acc)
+		nw := gemvInPlace(c, A.s, B.s, B.rs, k, n, acc)
 		if nw < n {
 			gemm512simd(c[nw:], ldc, A, operand{B.s[nw:], B.rs, 1}, 1, k, n-nw, acc, inPlace, sc)
 		}

@@ -144,14 +144,13 @@ func readStreams(s int, buf []float32) int {
 	return s * seg * 4
 }
 
-// gemvStripMaxBytes is the largest B the in-place GEMV walks as strips.
-// Each strip walks all k rows with a stride of n floats; from DRAM that
-// stride defeats the hardware prefetchers and the row-wise forms (AVX2
-// asmAxpyRows, AVX-512's archsimd 1×128) read faster (BenchmarkGEMVAlternate:
-// 512 MB, strips 0.66-0.74 of the read rate, rows 0.89-0.90), while from
-// L2 the strips win (1.4 MB, thread CPU time: AVX-512 1.43×, AVX2 1.14×)
-// and from L3 they are even or ahead (16 MB). Set between 16 and 64 MB,
-// where the Xeon's measurements cross.
+// gemvStripMaxBytes is the largest B the AVX-512 in-place GEMV walks as
+// strips. Each strip walks all k rows with a stride of n floats; from DRAM
+// that stride defeats the hardware prefetchers and the archsimd 1×128
+// kernel reads faster (BenchmarkGEMVAlternate: 512 MB, strips 0.74 of the
+// read rate, archsimd 0.89), while from L2 the strips win (1.4 MB: 1.3-1.4×
+// in thread CPU time) and from L3 they are within a few per cent. Set
+// between 16 and 64 MB, where the Xeon's measurements cross.
 const gemvStripMaxBytes = 16 << 20
 
 // gemvStrips reports whether an in-place k×n B is walked as strips.
@@ -160,17 +159,14 @@ func gemvStrips(k, n int) bool { return 4*k*n <= gemvStripMaxBytes }
 // gemvRowsAhead is how many rows ahead the in-place GEMV prefetches.
 const gemvRowsAhead = 4
 
-// gemvInPlace computes columns [0, nw) of c[1×n] = a·B (c += with acc), nw
-// = n rounded down to the path's strip width (16 or 32), with B row-major
-// (row stride ldb floats) read in place and a contiguous: groups of up to
-// 6 (AVX2) / 8 (AVX-512) strips, i.e. 96 / 256 contiguous floats of every
-// row, accumulated in registers over all k rows. It returns nw; the caller
-// does the columns past it.
-func gemvInPlace(isa int, c, a, b []float32, ldb, k, n int, acc bool) int {
-	w := 16
-	if isa == isaAVX512 {
-		w = 32
-	}
+// gemvInPlace computes columns [0, nw) of c[1×n] = a·B (c += with acc) on
+// the AVX-512 path, nw = n rounded down to 32, with B row-major (row stride
+// ldb floats) read in place and a contiguous: groups of up to 8 strips of
+// 32 columns, i.e. 256 contiguous floats of every row, accumulated in zmm
+// registers over all k rows. It returns nw; the caller does the columns
+// past it.
+func gemvInPlace(c, a, b []float32, ldb, k, n int, acc bool) int {
+	const w = 32
 	nw := n / w * w
 	if nw == 0 || k == 0 {
 		return 0
@@ -178,53 +174,36 @@ func gemvInPlace(isa int, c, a, b []float32, ldb, k, n int, acc bool) int {
 	_ = a[k-1]
 	_ = b[(k-1)*ldb+nw-1]
 	_ = c[nw-1]
-	gmax := gemvGroup(isa)
+	gmax := gemvGroup(isaAVX512)
 	bs := uintptr(ldb) * 4
 	pf := gemvRowsAhead * bs
 	ap := unsafe.Pointer(&a[0])
 	for j := 0; j < nw; {
 		g := min(gmax, (nw-j)/w)
-		gemvRowCall(isa, g, k, ap, unsafe.Pointer(&b[j]), bs, pf, unsafe.Pointer(&c[j]), acc)
+		gemvRowCall(g, k, ap, unsafe.Pointer(&b[j]), bs, pf, unsafe.Pointer(&c[j]), acc)
 		j += g * w
 	}
 	return nw
 }
 
-// gemvRowCall runs the g-strip in-place kernel of the path.
-func gemvRowCall(isa, g, k int, a, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool) {
-	if isa == isaAVX512 {
-		switch g {
-		case 8:
-			asmZGemvRow32x8(k, a, b, bs, pf, c, load)
-		case 7:
-			asmZGemvRow32x7(k, a, b, bs, pf, c, load)
-		case 6:
-			asmZGemvRow32x6(k, a, b, bs, pf, c, load)
-		case 5:
-			asmZGemvRow32x5(k, a, b, bs, pf, c, load)
-		case 4:
-			asmZGemvRow32x4(k, a, b, bs, pf, c, load)
-		case 3:
-			asmZGemvRow32x3(k, a, b, bs, pf, c, load)
-		case 2:
-			asmZGemvRow32x2(k, a, b, bs, pf, c, load)
-		default:
-			asmZGemvRow32x1(k, a, b, bs, pf, c, load)
-		}
-		return
-	}
+// gemvRowCall runs the g-strip AVX-512 in-place kernel.
+func gemvRowCall(g, k int, a, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool) {
 	switch g {
+	case 8:
+		asmZGemvRow32x8(k, a, b, bs, pf, c, load)
+	case 7:
+		asmZGemvRow32x7(k, a, b, bs, pf, c, load)
 	case 6:
-		asmGemvRow16x6(k, a, b, bs, pf, c, load)
+		asmZGemvRow32x6(k, a, b, bs, pf, c, load)
 	case 5:
-		asmGemvRow16x5(k, a, b, bs, pf, c, load)
+		asmZGemvRow32x5(k, a, b, bs, pf, c, load)
 	case 4:
-		asmGemvRow16x4(k, a, b, bs, pf, c, load)
+		asmZGemvRow32x4(k, a, b, bs, pf, c, load)
 	case 3:
-		asmGemvRow16x3(k, a, b, bs, pf, c, load)
+		asmZGemvRow32x3(k, a, b, bs, pf, c, load)
 	case 2:
-		asmGemvRow16x2(k, a, b, bs, pf, c, load)
+		asmZGemvRow32x2(k, a, b, bs, pf, c, load)
 	default:
-		asmGemvRow16x1(k, a, b, bs, pf, c, load)
+		asmZGemvRow32x1(k, a, b, bs, pf, c, load)
 	}
 }

@@ -290,56 +290,6 @@ def gemv(G_, pf=1024):
 for g in range(1, 7):
     gemv(g)
 
-# asmGemvRow16xG: the m = 1 product with B read in place (row-major, row
-# stride bs bytes): G adjacent 16-column strips, i.e. 16G contiguous floats
-# of every row, 2G accumulators in registers for the whole k loop (c is
-# loaded and stored once). Each step prefetches its row's lines pf bytes
-# ahead (the caller passes a few rows' worth). Lane j of strip g is the
-# chain c = fma(a[p], B(p, 16g+j), c) over p in order: MatMul's bits.
-ROW_ARGS = "k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool"
-
-
-def gemv_row(G_):
-    name = f"asmGemvRow16x{G_}"
-    G.append(f"// {name}: for j < {16*G_}: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j")
-    G.append("// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.")
-    G.append("//\n//go:noescape")
-    G.append(f"func {name}({ROW_ARGS})\n")
-    A(f"// func {name}({ROW_ARGS})")
-    A(f"TEXT ·{name}(SB), NOSPLIT, $0-49")
-    A("\tMOVQ k+0(FP), CX")
-    A("\tMOVQ a+8(FP), DI")
-    A("\tMOVQ b+16(FP), SI")
-    A("\tMOVQ bs+24(FP), R8")
-    A("\tMOVQ pf+32(FP), R9")
-    A("\tMOVQ c+40(FP), DX")
-    A("\tCMPB load+48(FP), $0")
-    A("\tJEQ zero")
-    for v in range(2 * G_):
-        A(f"\tVMOVUPS {v*32 or ''}(DX), Y{v}")
-    A("\tJMP loop")
-    A("zero:")
-    for v in range(2 * G_):
-        A(f"\tVXORPS Y{v}, Y{v}, Y{v}")
-    A("loop:")
-    A("\tVBROADCASTSS (DI), Y15")
-    for g in range(G_):
-        A(f"\tPREFETCHT0 {g*64 or ''}(SI)(R9*1)")
-    for v in range(2 * G_):
-        A(f"\tVFMADD231PS {v*32 or ''}(SI), Y15, Y{v}")
-    A("\tADDQ R8, SI")
-    A("\tADDQ $4, DI")
-    A("\tDECQ CX")
-    A("\tJNZ loop")
-    for v in range(2 * G_):
-        A(f"\tVMOVUPS Y{v}, {v*32 or ''}(DX)")
-    A("\tVZEROUPPER")
-    A("\tRET\n")
-
-
-for g in range(1, 7):
-    gemv_row(g)
-
 # asmReadYS reads S segments at once (S = 1, 4, 8), each n bytes (a
 # positive multiple of 64), segment s at p + s·seg, two ymm adds per
 # segment and step into 2S independent accumulators: the streaming read

@@ -191,7 +191,9 @@ for g in range(1, 9):
 # asmZGemvRow32xG: the m = 1 product with B read in place (row stride bs
 # bytes): 32G contiguous floats of every row, 2G zmm accumulators for the
 # whole k loop, each row's lines prefetched pf bytes ahead; the same chains
-# as asmGemvRow16xG and MatMul.
+# as MatMul's. (An AVX2 form with 96-column strips measured even with
+# asmAxpyRows from L2 and 2-5 % slower over model B's decode products from
+# L3, so AVX2 keeps the row form, which reads B in its longest runs.)
 ZROW_ARGS = "k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool"
 
 
