@@ -38,9 +38,10 @@ func modelBDecode() [][2]int {
 // read). Cases: 16 and 64 MB (inside the Xeon's 260 MiB L3), 512 MB
 // (DRAM), model B's decode products, and its fc product alone (1.4 MB: L2). Forms: read (ReadLoop, 1 and 2
 // cores; 1 and 4 streams), packed-ISA (the panel GEMV, 1 and 2 column
-// blocks), inplace-ISA (MatMul on the plain weight: the strip GEMV),
-// old-rows-avx2 (asmAxpyRows, AVX2's m = 1 path before session 6) and
-// old-archsimd-avx512 (the archsimd 1×128 kernel, AVX-512's).
+// blocks), inplace-ISA (MatMul on the plain weight: AVX-512's strips up to
+// 16 MiB; on AVX2 the same code as old-rows-avx2), old-rows-avx2
+// (asmAxpyRows) and old-archsimd-avx512 (the archsimd 1×128 kernel): the
+// m = 1 paths before session 6.
 func BenchmarkGEMVAlternate(b *testing.B) {
 	if cpuISA < isaAVX2 {
 		b.Skip("no AVX2+FMA")
