@@ -36,8 +36,8 @@ func modelBDecode() [][2]int {
 // median GB/s in the thread's own CPU time (single-thread forms) and the
 // median of the per-round ratios to the read (2-core forms: to the 2-core
 // read). Cases: 16 and 64 MB (inside the Xeon's 260 MiB L3), 512 MB
-// (DRAM), model B's decode products, and its fc product alone (1.4 MB: L2). Forms: read (ReadLoop, 1 and 2
-// cores; 1 and 4 streams), packed-ISA (the panel GEMV, 1 and 2 column
+// (DRAM), model B's decode products, and its fc product alone (1.4 MB:
+// L2). Forms: read (ReadLoop, 1 and 2 cores; 1 and 4 streams), packed-ISA (the panel GEMV, 1 and 2 column
 // blocks), inplace-ISA (MatMul on the plain weight: AVX-512's strips up to
 // 16 MiB; on AVX2 the same code as old-rows-avx2), old-rows-avx2
 // (asmAxpyRows) and old-archsimd-avx512 (the archsimd 1×128 kernel): the
