@@ -391,3 +391,99 @@ func asmZTile(vecs, rows int, kc int, a unsafe.Pointer, ar, ap uintptr, b unsafe
 		panic("kern: no AVX-512 tile of that shape")
 	}
 }
+
+// asmZGemv32x1: for g < 1, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmZGemv32x1(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemv32x2: for g < 2, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmZGemv32x2(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemv32x3: for g < 3, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmZGemv32x3(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemv32x4: for g < 4, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmZGemv32x4(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemv32x5: for g < 5, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmZGemv32x5(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemv32x6: for g < 6, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmZGemv32x6(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemv32x7: for g < 7, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmZGemv32x7(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemv32x8: for g < 8, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmZGemv32x8(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x1: for j < 32: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x1(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x2: for j < 64: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x2(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x3: for j < 96: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x3(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x4: for j < 128: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x4(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x5: for j < 160: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x5(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x6: for j < 192: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x6(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x7: for j < 224: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x7(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)
+
+// asmZGemvRow32x8: for j < 256: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j
+// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.
+//
+//go:noescape
+func asmZGemvRow32x8(k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool)

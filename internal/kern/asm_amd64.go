@@ -89,3 +89,54 @@ func asmAxpyRows(kc int, a unsafe.Pointer, ap uintptr, b unsafe.Pointer, bs uint
 //
 //go:noescape
 func asmT8x8(src unsafe.Pointer, ss uintptr, dst unsafe.Pointer, ds uintptr)
+
+// asmGemv16x1: for g < 1, j < 16: c[16g+j] = (load ? c[16g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·64 bytes (Pack's 16-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmGemv16x1(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmGemv16x2: for g < 2, j < 16: c[16g+j] = (load ? c[16g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·64 bytes (Pack's 16-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmGemv16x2(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmGemv16x3: for g < 3, j < 16: c[16g+j] = (load ? c[16g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·64 bytes (Pack's 16-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmGemv16x3(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmGemv16x4: for g < 4, j < 16: c[16g+j] = (load ? c[16g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·64 bytes (Pack's 16-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmGemv16x4(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmGemv16x5: for g < 5, j < 16: c[16g+j] = (load ? c[16g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·64 bytes (Pack's 16-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmGemv16x5(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmGemv16x6: for g < 6, j < 16: c[16g+j] = (load ? c[16g+j] : 0) + Σ_p a[p]·B_g(p, j),
+// B_g(p, ·) at b + g·ps + p·64 bytes (Pack's 16-wide panels); k ≥ 1.
+//
+//go:noescape
+func asmGemv16x6(k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool)
+
+// asmReadY1 reads 1 segment(s) of n bytes (n a positive multiple of 64), segment s at p + s·seg, front to back.
+//
+//go:noescape
+func asmReadY1(p unsafe.Pointer, seg uintptr, n int)
+
+// asmReadY4 reads 4 segment(s) of n bytes (n a positive multiple of 64), segment s at p + s·seg, front to back.
+//
+//go:noescape
+func asmReadY4(p unsafe.Pointer, seg uintptr, n int)
+
+// asmReadY8 reads 8 segment(s) of n bytes (n a positive multiple of 64), segment s at p + s·seg, front to back.
+//
+//go:noescape
+func asmReadY8(p unsafe.Pointer, seg uintptr, n int)

@@ -121,5 +121,122 @@ G.append('\t\tpanic("kern: no AVX-512 tile of that shape")')
 G.append("\t}")
 G.append("}\n")
 
+# asmZGemv32xG: the m = 1 product over G (1..8) of Pack's 32-wide panels at
+# once: G contiguous streams (panel g's row p at b + g·ps + p·128 bytes, two
+# cache lines per p), 2G zmm accumulators (16 at G = 8) for the whole k
+# loop, the broadcast of a[p] in Z31; both lines of each stream's step are
+# prefetched 1 KiB ahead (as the AVX2 kernel; harmless past the end). Lane j of panel g is the chain
+# c = fma(a[p], B(p, 32g+j), c) over p in order, from +0 or from C: the
+# bits of MatMul and of the AVX2 asmGemv16xG.
+ZGEMV_ARGS = "k int, a unsafe.Pointer, b unsafe.Pointer, ps uintptr, c unsafe.Pointer, load bool"
+ZGEMV_BASES = ["SI", "R12", "R13"]
+
+
+def zgemv_addr(g, off=0):
+    b = ZGEMV_BASES[g // 3]
+    q = g % 3
+    o = f"{off}" if off else ""
+    return f"{o}({b})" if q == 0 else f"{o}({b})(R8*{q})"
+
+
+def zgemv(G_, pf=1024):
+    name = f"asmZGemv32x{G_}"
+    G.append(f"// {name}: for g < {G_}, j < 32: c[32g+j] = (load ? c[32g+j] : 0) + Σ_p a[p]·B_g(p, j),")
+    G.append("// B_g(p, ·) at b + g·ps + p·128 bytes (Pack's 32-wide panels); k ≥ 1.")
+    G.append("//\n//go:noescape")
+    G.append(f"func {name}({ZGEMV_ARGS})\n")
+    A(f"// func {name}({ZGEMV_ARGS})")
+    A(f"TEXT ·{name}(SB), NOSPLIT, $0-41")
+    A("\tMOVQ k+0(FP), CX")
+    A("\tMOVQ a+8(FP), DI")
+    A("\tMOVQ b+16(FP), SI")
+    A("\tMOVQ ps+24(FP), R8")
+    A("\tMOVQ c+32(FP), DX")
+    nb = (G_ + 2) // 3
+    if nb > 1:
+        A("\tLEAQ (R8)(R8*2), AX")
+        for i in range(1, nb):
+            A(f"\tLEAQ ({ZGEMV_BASES[i-1]})(AX*1), {ZGEMV_BASES[i]}")
+    A("\tCMPB load+40(FP), $0")
+    A("\tJEQ zero")
+    for v in range(2 * G_):
+        A(f"\tVMOVUPS {v*64 or ''}(DX), Z{v}")
+    A("\tJMP loop")
+    A("zero:")
+    for v in range(2 * G_):
+        A(f"\tVPXORD Z{v}, Z{v}, Z{v}")
+    A("loop:")
+    A("\tVBROADCASTSS (DI), Z31")
+    if pf:
+        for g in range(G_):
+            A(f"\tPREFETCHT0 {zgemv_addr(g, pf)}")
+            A(f"\tPREFETCHT0 {zgemv_addr(g, pf+64)}")
+    for g in range(G_):
+        for v in range(2):
+            A(f"\tVFMADD231PS {zgemv_addr(g, v*64)}, Z31, Z{2*g+v}")
+    for i in range(nb):
+        A(f"\tADDQ $128, {ZGEMV_BASES[i]}")
+    A("\tADDQ $4, DI")
+    A("\tDECQ CX")
+    A("\tJNZ loop")
+    for v in range(2 * G_):
+        A(f"\tVMOVUPS Z{v}, {v*64 or ''}(DX)")
+    A("\tVZEROUPPER")
+    A("\tRET\n")
+
+
+for g in range(1, 9):
+    zgemv(g)
+
+# asmZGemvRow32xG: the m = 1 product with B read in place (row stride bs
+# bytes): 32G contiguous floats of every row, 2G zmm accumulators for the
+# whole k loop, each row's lines prefetched pf bytes ahead; the same chains
+# as MatMul's. (An AVX2 form with 96-column strips measured even with
+# asmAxpyRows from L2 and 2-5 % slower over model B's decode products from
+# L3, so AVX2 keeps the row form, which reads B in its longest runs.)
+ZROW_ARGS = "k int, a unsafe.Pointer, b unsafe.Pointer, bs, pf uintptr, c unsafe.Pointer, load bool"
+
+
+def zgemv_row(G_):
+    name = f"asmZGemvRow32x{G_}"
+    G.append(f"// {name}: for j < {32*G_}: c[j] = (load ? c[j] : 0) + Σ_p a[p]·B(p, j), B(p, j) at b + p·bs + 4j")
+    G.append("// bytes (B read in place); each row's lines are prefetched pf bytes ahead; k ≥ 1.")
+    G.append("//\n//go:noescape")
+    G.append(f"func {name}({ZROW_ARGS})\n")
+    A(f"// func {name}({ZROW_ARGS})")
+    A(f"TEXT ·{name}(SB), NOSPLIT, $0-49")
+    A("\tMOVQ k+0(FP), CX")
+    A("\tMOVQ a+8(FP), DI")
+    A("\tMOVQ b+16(FP), SI")
+    A("\tMOVQ bs+24(FP), R8")
+    A("\tMOVQ pf+32(FP), R9")
+    A("\tMOVQ c+40(FP), DX")
+    A("\tCMPB load+48(FP), $0")
+    A("\tJEQ zero")
+    for v in range(2 * G_):
+        A(f"\tVMOVUPS {v*64 or ''}(DX), Z{v}")
+    A("\tJMP loop")
+    A("zero:")
+    for v in range(2 * G_):
+        A(f"\tVPXORD Z{v}, Z{v}, Z{v}")
+    A("loop:")
+    A("\tVBROADCASTSS (DI), Z31")
+    for v in range(2 * G_):
+        A(f"\tPREFETCHT0 {v*64 or ''}(SI)(R9*1)")
+    for v in range(2 * G_):
+        A(f"\tVFMADD231PS {v*64 or ''}(SI), Z31, Z{v}")
+    A("\tADDQ R8, SI")
+    A("\tADDQ $4, DI")
+    A("\tDECQ CX")
+    A("\tJNZ loop")
+    for v in range(2 * G_):
+        A(f"\tVMOVUPS Z{v}, {v*64 or ''}(DX)")
+    A("\tVZEROUPPER")
+    A("\tRET\n")
+
+
+for g in range(1, 9):
+    zgemv_row(g)
+
 open("kernels_avx512_amd64.s", "w").write("\n".join(S))
 open("asm512_amd64.go", "w").write("\n".join(G))

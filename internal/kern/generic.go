@@ -37,3 +37,10 @@ func packWidthOf(isa int) int { return 0 }
 func matMulPacked(c, a []float32, m int, B *Packed, acc bool) {
 	RefMatMul(c, a, B.b, m, B.k, B.n, acc)
 }
+
+func gemvPacked(c, a []float32, B *Packed, acc bool, shards int) {
+	RefMatMul(c, a, B.b, 1, B.k, B.n, acc)
+}
+
+// ReadLoop does nothing on the portable path and returns 0 bytes.
+func ReadLoop(buf []float32) int { return 0 }

@@ -54,3 +54,28 @@ func MatMulPacked(c, a []float32, m int, B *Packed, acc bool) {
 	checkDims(c, a, B.b, m, B.k, B.n)
 	matMulPacked(c, a, m, B, acc)
 }
+
+// GEMVPacked computes c[1×n] = a[1×k]·B (or c += a·B when acc), the decode
+// product, with B from Pack: the bits of MatMul(c, a, B's plain form, 1, k,
+// n, acc) and of MatMulPacked, for every shards. With shards ≥ 2 and a B
+// of at least gemvForkMinBytes, B's column panels are split into that many
+// contiguous blocks run through Fork (each output element keeps its one
+// chain over p); smaller products run on the caller, where a fork would
+// cost more than it saves.
+func GEMVPacked(c, a []float32, B *Packed, acc bool, shards int) {
+	checkDims(c, a, B.b, 1, B.k, B.n)
+	gemvPacked(c, a, B, acc, shards)
+}
+
+// gemvForkMinBytes is the smallest packed B (bytes) GEMVPacked splits over
+// cores: below it the fork-join (µs, tens of µs when a helper must be
+// woken) costs more than half the product saves (BenchmarkGEMVShards).
+const gemvForkMinBytes = 2 << 20
+
+// gemvShards is the number of column blocks GEMVPacked uses for a k×n B.
+func gemvShards(k, n, shards int) int {
+	if 4*k*n < gemvForkMinBytes {
+		return 1
+	}
+	return shards
+}

@@ -115,6 +115,10 @@ func packedISA(isa int, c, a []float32, m int, B *Packed, acc bool) {
 	if B.w != packWidthOf(isa) {
 		panic(fmt.Sprintf("kern: operand packed %d wide, path %s wants %d", B.w, isaName(isa), packWidthOf(isa)))
 	}
+	if m == 1 && isa != isaRef {
+		gemvPanels(isa, c, a, B, acc, 0, (n+B.w-1)/B.w)
+		return
+	}
 	A, Bp := operand{a, k, 1}, operand{B.b, n, 1}
 	sc := scratchPool.Get().(*scratch)
 	switch {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"simd/archsimd"
 	"slices"
 	"testing"
 	"unsafe"
@@ -337,16 +336,19 @@ func TestPackT8(t *testing.T) {
 	}
 }
 
-// BenchmarkGEMVBandwidth: decode's m = 1 product against weights bigger
-// than L2, in bytes of B read per second, next to a plain vector read of
-// the same bytes (the bandwidth ceiling at that size) and the archsimd AVX2
-// driver the row-axpy GEMV replaced.
+// BenchmarkGEMVBandwidth: decode's m = 1 product, in bytes of B read per
+// second, next to a plain read of the same bytes (ReadLoop: the bandwidth
+// ceiling at that size) on 1 and 2 cores: the panel GEMV over Pack's
+// layout (GEMVPacked, 1 and 2 column blocks), MatMul with the plain B
+// (AVX2: the row-axpy asmAxpyRows; AVX-512: the archsimd 1×128 kernel) and
+// the archsimd AVX2 driver. 16 and 64 MB fit in the 260 MiB L3 of the
+// project's Xeon; 512 MB does not (DRAM).
 func BenchmarkGEMVBandwidth(b *testing.B) {
 	if cpuISA < isaAVX2 {
 		b.Skip("no AVX2+FMA")
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, s := range [][2]int{{1024, 4096}, {4096, 4096}} {
+	for _, s := range [][2]int{{1024, 4096}, {4096, 4096}, {32768, 4096}} {
 		k, n := s[0], s[1]
 		a, bb, c := randVec(r, k), randVec(r, k*n), make([]float32, n)
 		bytes := float64(4 * k * n)
@@ -354,22 +356,30 @@ func BenchmarkGEMVBandwidth(b *testing.B) {
 			b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 		}
 		b.Run(fmt.Sprintf("%dx%d/read", k, n), func(b *testing.B) {
-			var sink archsimd.Float32x8
 			for i := 0; i < b.N; i++ {
-				var s0, s1, s2, s3 archsimd.Float32x8
-				for j := 0; j+32 <= len(bb); j += 32 {
-					s0 = s0.Add(archsimd.LoadFloat32x8Slice(bb[j:]))
-					s1 = s1.Add(archsimd.LoadFloat32x8Slice(bb[j+8:]))
-					s2 = s2.Add(archsimd.LoadFloat32x8Slice(bb[j+16:]))
-					s3 = s3.Add(archsimd.LoadFloat32x8Slice(bb[j+24:]))
-				}
-				sink = sink.Add(s0.Add(s1).Add(s2.Add(s3)))
+				readStreams(8, bb)
 			}
 			gbs(b)
-			_ = sink
+		})
+		b.Run(fmt.Sprintf("%dx%d/read-2c", k, n), func(b *testing.B) {
+			h := len(bb) / 2
+			for i := 0; i < b.N; i++ {
+				Fork(2, func(j int) { readStreams(8, bb[j*h:(j+1)*h]) })
+			}
+			gbs(b)
 		})
 		for _, isa := range availableISAs() {
-			b.Run(fmt.Sprintf("%dx%d/gemv-%s", k, n, isaName(isa)), func(b *testing.B) {
+			var pk Packed
+			packWidth(&pk, bb, k, n, packWidthOf(isa))
+			for _, shards := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%dx%d/packed-%s-%dc", k, n, isaName(isa), shards), func(b *testing.B) {
+					for i := 0; i < b.N; i++ {
+						gemvPackedISA(isa, c, a, &pk, false, shards)
+					}
+					gbs(b)
+				})
+			}
+			b.Run(fmt.Sprintf("%dx%d/inplace-%s", k, n, isaName(isa)), func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					mmISA(isa, kindNN, c, a, bb, 1, k, n, false, 0, 1)
 				}

@@ -49,3 +49,27 @@ func TestBadShape(t *testing.T) {
 		}
 	}
 }
+
+// TestRunBandwidth: a small buffer gives positive rates for every form and
+// a printed section naming them (the figures themselves need a buffer past
+// the last-level cache: `longhaul bench kernels`).
+func TestRunBandwidth(t *testing.T) {
+	bw, err := RunBandwidth(context.Background(), 1<<20, Options{Reps: 2, Slice: time.Millisecond})
+	if kern.SIMDPath() == "portable" {
+		if err == nil || !strings.Contains(err.Error(), "no streaming read") {
+			t.Fatalf("portable path: error %v, want one saying there is no read loop", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bw.Bytes != 1<<20 || bw.K*bw.N*4 != bw.Bytes || bw.Read1 <= 0 || bw.Read2 <= 0 || bw.GEMV1 <= 0 || bw.GEMV2 <= 0 || bw.InPlace <= 0 || bw.BestRead1 < bw.Read1 || bw.BestGEMV2 < bw.GEMV2 {
+		t.Fatalf("bandwidth %+v", bw)
+	}
+	var b bytes.Buffer
+	PrintBandwidth(&b, bw)
+	if !strings.Contains(b.String(), "streaming read, 1 MiB") || !strings.Contains(b.String(), "GEMV m=1 64×4096") {
+		t.Fatalf("printed:\n%s", b.String())
+	}
+}
