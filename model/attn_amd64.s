@@ -4,7 +4,7 @@
 
 #include "textflag.h"
 
-// func attnZ4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+// func attnZ4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 TEXT ·attnZ4x1(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ xp+8(FP), AX
@@ -42,15 +42,19 @@ loop:
 	ADDQ BX, DI
 	DECQ CX
 	JNZ loop
-	MOVQ out+40(FP), AX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Z0, (R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Z1, (R9)
+	MOVQ 16(AX), R10
+	VMOVUPS Z2, (R10)
+	MOVQ 24(AX), R11
+	VMOVUPS Z3, (R11)
 	VZEROUPPER
 	RET
 
-// func attnZ4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+// func attnZ4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 TEXT ·attnZ4x2(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ xp+8(FP), AX
@@ -96,19 +100,23 @@ loop:
 	ADDQ BX, DI
 	DECQ CX
 	JNZ loop
-	MOVQ out+40(FP), AX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, 256(AX)
-	VMOVUPS Z5, 320(AX)
-	VMOVUPS Z6, 384(AX)
-	VMOVUPS Z7, 448(AX)
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Z0, (R8)
+	VMOVUPS Z1, 64(R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Z2, (R9)
+	VMOVUPS Z3, 64(R9)
+	MOVQ 16(AX), R10
+	VMOVUPS Z4, (R10)
+	VMOVUPS Z5, 64(R10)
+	MOVQ 24(AX), R11
+	VMOVUPS Z6, (R11)
+	VMOVUPS Z7, 64(R11)
 	VZEROUPPER
 	RET
 
-// func attnY4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+// func attnY4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 TEXT ·attnY4x1(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ xp+8(FP), AX
@@ -146,15 +154,19 @@ loop:
 	ADDQ BX, DI
 	DECQ CX
 	JNZ loop
-	MOVQ out+40(FP), AX
-	VMOVUPS Y0, 0(AX)
-	VMOVUPS Y1, 64(AX)
-	VMOVUPS Y2, 128(AX)
-	VMOVUPS Y3, 192(AX)
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Y0, (R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Y1, (R9)
+	MOVQ 16(AX), R10
+	VMOVUPS Y2, (R10)
+	MOVQ 24(AX), R11
+	VMOVUPS Y3, (R11)
 	VZEROUPPER
 	RET
 
-// func attnY4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+// func attnY4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 TEXT ·attnY4x2(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ xp+8(FP), AX
@@ -200,14 +212,18 @@ loop:
 	ADDQ BX, DI
 	DECQ CX
 	JNZ loop
-	MOVQ out+40(FP), AX
-	VMOVUPS Y0, 0(AX)
-	VMOVUPS Y1, 64(AX)
-	VMOVUPS Y2, 128(AX)
-	VMOVUPS Y3, 192(AX)
-	VMOVUPS Y4, 256(AX)
-	VMOVUPS Y5, 320(AX)
-	VMOVUPS Y6, 384(AX)
-	VMOVUPS Y7, 448(AX)
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Y0, (R8)
+	VMOVUPS Y1, 32(R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, 32(R9)
+	MOVQ 16(AX), R10
+	VMOVUPS Y4, (R10)
+	VMOVUPS Y5, 32(R10)
+	MOVQ 24(AX), R11
+	VMOVUPS Y6, (R11)
+	VMOVUPS Y7, 32(R11)
 	VZEROUPPER
 	RET

@@ -68,7 +68,7 @@ func (m *Model) decodeMatMul(c, a, w []float32, pk *kern.Packed, rows, k, n int,
 func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 	c := m.cfg
 	B, d, H, hs, f, T, V := len(seqs), c.Dim, c.Heads, c.HeadDim(), c.Hidden, c.Context, c.Vocab
-	half := hs / 2
+	half, tl := hs/2, ktLen(T)
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	p := &m.p
 	for b, s := range seqs {
@@ -94,8 +94,9 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 					ropeForward(qh, cs, sn)
 					ropeForward(kh, cs, sn)
 				}
+				kt := kv.kt[h*hs*tl+ktAt(hs, pos, 0):]
 				for p, v := range kh {
-					kv.kt[(h*hs+p)*T+pos] = v
+					kt[p*ktBlock] = v
 				}
 			}
 			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, dw.q, kv.kt, kv.v, pos+1, T, H, hs, scale)
@@ -114,16 +115,16 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 	}
 }
 
-// attnDecode is attnForward for one query row at position nk−1, over the
-// transposed keys kt (hs, T) and values v (≥nk, hs). Scores and output are
+// attnDecode is attnForward for one query row at position nk−1, over a
+// head's blocked transposed keys kt (ktAt) and values v (≥nk, hs). Scores and output are
 // the same per-element chains as attnForward's kern products (a sequential
 // multiply-add chain over the reduction index from 0, fused exactly when
 // kern fuses), so decode and training agree bit for bit; decodeScores and
 // decodeValues are the fused SIMD loops or their Axpy-chain fallback.
 // probs needs room for nk rounded up to 32.
-func attnDecode(out, probs, q, kt, v []float32, nk, T int, scale float32) {
+func attnDecode(out, probs, q, kt, v []float32, nk int, scale float32) {
 	s := probs[:nk]
-	decodeScores(probs, q, kt, nk, T)
+	decodeScores(probs, q, kt, nk)
 	softmaxCausal(s, nk, scale)
 	decodeValues(out, s, v)
 }
@@ -133,25 +134,46 @@ func attnDecode(out, probs, q, kt, v []float32, nk, T int, scale float32) {
 func probStride(T int) int { return T + 32 }
 
 // attnDecodeRow is attnDecode for every head of one row at once: q and out
-// are (H·hs), kt the layer's transposed keys (H, hs, T), v its values (H,
-// T, hs), probs H stripes of probStride(T). Running the heads' chains
-// together keeps the FMA units busy; every lane is the same chain as
-// attnDecode's (and training's).
+// are (H·hs), kt the layer's blocked transposed keys (H heads of
+// hs·ktLen(T)), v its values (H, T, hs), probs room for H·probStride(T).
+// Running the heads' chains together keeps the FMA units busy; every lane
+// is the same chain as attnDecode's (and training's). The heads' score
+// rows lie probRow(nk) apart, so the softmax's exp, sum and scaling run on
+// whole vectors (exp once over all heads; the lanes past nk are zeros and
+// never read): softmaxCausal's operations on every lane that is read.
 func attnDecodeRow(out, probs, q, kt, v []float32, nk, T, H, hs int, scale float32) {
-	ps := probStride(T)
-	decodeScoresHeads(probs, ps, q, kt, nk, T, H, hs)
+	ps := probRow(nk)
+	all := probs[:H*ps]
+	decodeScoresHeads(all, ps, q, kt, nk, T, H, hs)
 	for h := range H {
-		softmaxCausal(probs[h*ps:h*ps+nk], nk, scale)
+		row := all[h*ps : (h+1)*ps]
+		mx := scaleMax(row[:nk], scale)
+		addScalar(row[:nk], -mx)
+		clear(row[nk:])
 	}
-	decodeValuesHeads(out, probs, ps, v, nk, T, H, hs)
+	kern.ExpInPlace(all)
+	for h := range H {
+		// the lanes past nk (exp(0) = 1 now) become +0 again, which
+		// sumLanes adds as its own zero-filled tail would: the sum over
+		// whole vectors is the sum over nk
+		row := all[h*ps : (h+1)*ps]
+		clear(row[nk:])
+		kern.Scale(row, 1/sumLanes(row))
+	}
+	decodeValuesHeads(out, all, ps, v, nk, T, H, hs)
 }
 
-// axpyScores: s[j] = Σ_p q[p]·kt[p·T+j] as kern.Axpy chains.
-func axpyScores(probs, q, kt []float32, nk, T int) {
-	s := probs[:nk]
-	clear(s)
-	for p, qp := range q {
-		kern.Axpy(s, qp, kt[p*T:p*T+nk])
+// axpyScores: s[j] = Σ_p q[p]·kt[ktAt(hs, j, p)] as kern.Axpy chains, one
+// block of keys at a time.
+func axpyScores(probs, q, kt []float32, nk int) {
+	hs := len(q)
+	for j := 0; j < nk; j += ktBlock {
+		n := min(ktBlock, nk-j)
+		s, blk := probs[j:j+n], kt[j*hs:]
+		clear(s)
+		for p, qp := range q {
+			kern.Axpy(s, qp, blk[p*ktBlock:p*ktBlock+n])
+		}
 	}
 }
 

@@ -2,8 +2,9 @@
 # kernels. Each runs 4 heads × V vectors of chains: at step i, for head g,
 # acc[g][v] = fma(x_g[i], y_g[i] + v·lanes, acc[g][v]) from +0, where x_g
 # advances xs bytes and y_g ys bytes per step; the accumulators stay in
-# registers (the archsimd version spilled them). Every lane is one chain
-# over the reduction index in order, as in kern's products.
+# registers (the archsimd version spilled them) and are stored straight to
+# op[g] + v·lanes (no staging array to zero and copy). Every lane is one
+# chain over the reduction index in order, as in kern's products.
 # Usage: python3 gen_attn_asm.py (then gofmt -w attn_asm_amd64.go)
 S, G = [], []
 A = S.append
@@ -16,14 +17,14 @@ G.append("package model\n")
 G.append('import "unsafe"\n')
 XP = ["R8", "R9", "R10", "R11"]
 YP = ["R12", "R13", "SI", "DI"]
-ARGS = "n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32"
+ARGS = "n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer"
 
 
 def kernel(zmm, V):
     L = 16 if zmm else 8
     R = "Z" if zmm else "Y"
     name = f"attn{'Z' if zmm else 'Y'}4x{V}"
-    G.append(f"// {name}: 4 heads × {V} vectors of {L} lanes; out[g·{V}+v][:{L}] = the chains of head g, vector v.")
+    G.append(f"// {name}: 4 heads × {V} vectors of {L} lanes; op[g] + v·{L} floats gets the chains of head g, vector v.")
     G.append("//\n//go:noescape")
     G.append(f"func {name}({ARGS})\n")
     A(f"// func {name}({ARGS})")
@@ -51,9 +52,12 @@ def kernel(zmm, V):
         A(f"\tADDQ BX, {YP[g]}")
     A("\tDECQ CX")
     A("\tJNZ loop")
-    A("\tMOVQ out+40(FP), AX")
-    for r in range(4 * V):
-        A(f"\tVMOVUPS {R}{r}, {64*r}(AX)")
+    A("\tMOVQ op+40(FP), AX")
+    for g in range(4):
+        A(f"\tMOVQ {8*g}(AX), {XP[g]}")
+        for v in range(V):
+            off = f"{v*L*4}" if v else ""
+            A(f"\tVMOVUPS {R}{g*V+v}, {off}({XP[g]})")
     A("\tVZEROUPPER")
     A("\tRET\n")
 

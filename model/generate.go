@@ -277,18 +277,20 @@ func lcp(a, b []int32) int {
 	return n
 }
 
-// copyKV copies positions [0, n) of every layer and head.
+// copyKV copies positions [0, n) of every layer and head (the transposed
+// keys in whole blocks: positions past n are overwritten before they are
+// read).
 func copyKV(dst, src []layerKV, n int, c Config) {
 	T, hs := c.Context, c.HeadDim()
+	tl := ktLen(T)
+	nb := (n + ktBlock - 1) / ktBlock * ktBlock * hs
 	for l := range dst {
 		for h := range c.Heads {
 			o := h * T * hs
 			copy(dst[l].k[o:o+n*hs], src[l].k[o:o+n*hs])
 			copy(dst[l].v[o:o+n*hs], src[l].v[o:o+n*hs])
-			for p := range hs {
-				r := (h*hs + p) * T
-				copy(dst[l].kt[r:r+n], src[l].kt[r:r+n])
-			}
+			o = h * hs * tl
+			copy(dst[l].kt[o:o+nb], src[l].kt[o:o+nb])
 		}
 	}
 }
@@ -296,12 +298,14 @@ func copyKV(dst, src []layerKV, n int, c Config) {
 // transposeKeys fills kt from k for positions [p0, p1).
 func transposeKeys(kv []layerKV, p0, p1 int, c Config) {
 	T, hs := c.Context, c.HeadDim()
+	tl := ktLen(T)
 	for l := range kv {
 		for h := range c.Heads {
+			kt := kv[l].kt[h*hs*tl : (h+1)*hs*tl]
 			for pos := p0; pos < p1; pos++ {
 				row := kv[l].k[(h*T+pos)*hs : (h*T+pos+1)*hs]
 				for p, v := range row {
-					kv[l].kt[(h*hs+p)*T+pos] = v
+					kt[ktAt(hs, pos, p)] = v
 				}
 			}
 		}
