@@ -35,8 +35,8 @@ const (
 	FinishLength = "length" // MaxTokens reached or the context is full
 )
 
-// maxPooledKV bounds the KV caches a model keeps between Generate calls
-// (each is 3·L·ctx·d floats).
+// maxPooledKV bounds the KV caches a model and its clones keep between
+// Generate calls (each is about 3·L·ctx·d floats).
 const maxPooledKV = 64
 
 // genSeq is one request's decoding state.
@@ -103,21 +103,13 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 	kern.Transpose(m.wteT, m.p.wte, c.Vocab, c.Dim)
 	res := make([]SampleResult, len(reqs))
 	seqs := make([]*genSeq, len(reqs))
-	pool := &m.kvFree
 	for i := range reqs {
-		s := &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed))}
-		if n := len(*pool); n > 0 {
-			s.kv, *pool = (*pool)[n-1], (*pool)[:n-1]
-		} else {
-			s.kv = newKV(c, true)
-		}
-		seqs[i] = s
+		seqs[i] = &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed)),
+			kv: m.kv.get(c)}
 	}
 	defer func() {
 		for _, s := range seqs {
-			if len(*pool) < maxPooledKV {
-				*pool = append(*pool, s.kv)
-			}
+			m.kv.put(s.kv)
 		}
 	}()
 

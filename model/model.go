@@ -28,11 +28,11 @@ type Model struct {
 	p        params    // named views into w
 	cos, sin []float32 // rope tables (ctx, hs/2); nil for learned positions
 
-	ws     [nShards]*workspace // training/prefill activations, allocated on first use
-	dec    [nShards]*decodeWS  // decode-step buffers, allocated on first use
-	kvFree [][]layerKV         // KV caches kept for the next Generate call
-	wteT   []float32           // (d, V) transposed head for decode, refreshed by Generate
-	dpk    *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
+	ws   [nShards]*workspace // training/prefill activations, allocated on first use
+	dec  [nShards]*decodeWS  // decode-step buffers, allocated on first use
+	kv   *kvPool             // KV caches kept for the next Generate call; shared with clones
+	wteT []float32           // (d, V) transposed head for decode, refreshed by Generate
+	dpk  *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
 
 	prefilled     int          // prompt tokens the last Generate computed (the rest were shared)
 	prefillShards [nShards]int // of those, the tokens each shard computed
@@ -72,7 +72,7 @@ func newEmpty(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: cfg, specs: layout(cfg)}
+	m := &Model{cfg: cfg, specs: layout(cfg), kv: &kvPool{}}
 	m.w = make([]float32, numParams(m.specs))
 	m.p = bind(m.w, cfg, m.specs)
 	if cfg.Positions == PosRope {
@@ -503,13 +503,15 @@ func (m *Model) Logits(toks []int32) ([]float32, error) {
 
 // Clone returns an independent model with a copy of m's weights (and fresh
 // workspaces): e.g. a generation snapshot of version k while a trainer
-// steps m to k+1 on another goroutine.
+// steps m to k+1 on another goroutine. The clone shares m's pool of spare
+// KV caches (scratch memory, safe for concurrent use).
 func (m *Model) Clone() *Model {
 	c, err := newEmpty(m.cfg)
 	if err != nil {
 		panic(err) // m's config was validated when m was built
 	}
 	copy(c.w, m.w)
+	c.kv = m.kv
 	return c
 }
 
