@@ -16,7 +16,9 @@ import (
 // packed; AVX2 about even). The products give the bits of kern.MatMul with
 // the plain weights.
 type decodePacked struct {
-	on     bool // packed for this Generate call
+	on     bool   // packed for this Generate call
+	packed bool   // the panels hold the weights of version ver
+	ver    uint64 // Model.wver when packed
 	layers []struct{ qkv, proj, fc, fc2 kern.Packed }
 	head   kern.Packed
 }
@@ -26,7 +28,9 @@ type decodePacked struct {
 const packDecodeMin = 256
 
 // packDecode lays the weights out for decode when the call samples enough
-// tokens to repay it; otherwise decode reads them in place.
+// tokens to repay it; otherwise decode reads them in place. The panels are
+// kept for the next call until the weights change (the RL loop's snapshot
+// serves many calls per version), and are made on both shards.
 func (m *Model) packDecode(cost []int) {
 	if m.dpk == nil {
 		m.dpk = &decodePacked{layers: make([]struct{ qkv, proj, fc, fc2 kern.Packed }, m.cfg.Layers)}
@@ -37,19 +41,43 @@ func (m *Model) packDecode(cost []int) {
 	}
 	dp := m.dpk
 	dp.on = rows >= packDecodeMin
-	if !dp.on {
+	if !dp.on || dp.packed && dp.ver == m.wver {
 		return
 	}
 	c := m.cfg
 	d, f := c.Dim, c.Hidden
+	type job struct {
+		dst  *kern.Packed
+		b    []float32
+		k, n int
+	}
+	jobs := []job{{&dp.head, m.wteT, d, c.Vocab}}
 	for l := range dp.layers {
 		lp, pl := &m.p.layers[l], &dp.layers[l]
-		kern.Pack(&pl.qkv, lp.qkv, d, 3*d)
-		kern.Pack(&pl.proj, lp.proj, d, d)
-		kern.Pack(&pl.fc, lp.fc, d, 2*f)
-		kern.Pack(&pl.fc2, lp.fc2, f, d)
+		jobs = append(jobs, job{&pl.qkv, lp.qkv, d, 3 * d}, job{&pl.proj, lp.proj, d, d},
+			job{&pl.fc, lp.fc, d, 2 * f}, job{&pl.fc2, lp.fc2, f, d})
 	}
-	kern.Pack(&dp.head, m.wteT, d, c.Vocab)
+	// each job to the shard with less to pack so far (in this fixed order)
+	var load [nShards]int
+	shard := make([]int, len(jobs))
+	for i, j := range jobs {
+		s := 0
+		for t := range nShards {
+			if load[t] < load[s] {
+				s = t
+			}
+		}
+		shard[i] = s
+		load[s] += j.k * j.n
+	}
+	runShards(func(sh int) {
+		for i, j := range jobs {
+			if shard[i] == sh {
+				kern.Pack(j.dst, j.b, j.k, j.n)
+			}
+		}
+	})
+	dp.packed, dp.ver = true, m.wver
 }
 
 // decodeMatMul is kern.MatMul(c, a, w, rows, k, n, acc), from the packed

@@ -96,11 +96,16 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 		}
 	}
 	// decode's head is a plain product with the transposed embedding: the
-	// same chains as training's MatMulNT, without a transpose per step
+	// same chains as training's MatMulNT, without a transpose per step (nor
+	// per call while the weights stay the same)
 	if m.wteT == nil {
 		m.wteT = make([]float32, c.Dim*c.Vocab)
+		m.wteTv = m.wver - 1
 	}
-	kern.Transpose(m.wteT, m.p.wte, c.Vocab, c.Dim)
+	if m.wteTv != m.wver {
+		kern.Transpose(m.wteT, m.p.wte, c.Vocab, c.Dim)
+		m.wteTv = m.wver
+	}
 	res := make([]SampleResult, len(reqs))
 	seqs := make([]*genSeq, len(reqs))
 	for i := range reqs {

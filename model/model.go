@@ -28,11 +28,13 @@ type Model struct {
 	p        params    // named views into w
 	cos, sin []float32 // rope tables (ctx, hs/2); nil for learned positions
 
-	ws   [nShards]*workspace // training/prefill activations, allocated on first use
-	dec  [nShards]*decodeWS  // decode-step buffers, allocated on first use
-	kv   *kvPool             // KV caches kept for the next Generate call; shared with clones
-	wteT []float32           // (d, V) transposed head for decode, refreshed by Generate
-	dpk  *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
+	ws    [nShards]*workspace // training/prefill activations, allocated on first use
+	dec   [nShards]*decodeWS  // decode-step buffers, allocated on first use
+	kv    *kvPool             // KV caches kept for the next Generate call; shared with clones
+	wteT  []float32           // (d, V) transposed head for decode, of weights version wteTv
+	wteTv uint64              // the wver wteT was made from
+	wver  uint64              // bumped when the weights change in place (CopyWeightsFrom, a trainer step)
+	dpk   *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
 
 	prefilled     int          // prompt tokens the last Generate computed (the rest were shared)
 	prefillShards [nShards]int // of those, the tokens each shard computed
@@ -522,5 +524,6 @@ func (m *Model) CopyWeightsFrom(src *Model) error {
 		return fmt.Errorf("model: copy weights: config %+v differs from %+v", src.cfg, m.cfg)
 	}
 	copy(m.w, src.w)
+	m.wver++
 	return nil
 }
