@@ -127,3 +127,74 @@ func TestBatcherGapGathersBurst(t *testing.T) {
 		t.Errorf("a trickle over 600 ms with a 150 ms window: calls %v, want it cut into several batches", inner2.calls)
 	}
 }
+
+// gatedGen blocks its first call until release is closed and records when
+// each call starts and how many requests it carries.
+type gatedGen struct {
+	release chan struct{}
+	mu      sync.Mutex
+	starts  []time.Time
+	sizes   []int
+}
+
+func (g *gatedGen) Generate(_ context.Context, reqs []Request) ([]Result, error) {
+	g.mu.Lock()
+	first := len(g.starts) == 0
+	g.starts = append(g.starts, time.Now())
+	g.sizes = append(g.sizes, len(reqs))
+	g.mu.Unlock()
+	if first {
+		<-g.release
+	}
+	return make([]Result, len(reqs)), nil
+}
+
+// TestBatcherGathersWhileRunning: calls that arrive while a batch runs are
+// gathered meanwhile, up to max (2 here), and go out together the moment it
+// ends (their window has passed), not during it and not after a new window
+// (300 ms here); the call past max waits for the batch after.
+func TestBatcherGathersWhileRunning(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const window = 300 * time.Millisecond
+	inner := &gatedGen{release: make(chan struct{})}
+	b := newBatcher(ctx, inner, 2, window, window)
+	var wg sync.WaitGroup
+	call := func(seed uint64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.Generate(ctx, []Request{{Seed: seed}}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	call(1)
+	for { // the first batch is running (and blocked)
+		inner.mu.Lock()
+		n := len(inner.starts)
+		inner.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	call(2)
+	call(3)
+	call(4)
+	time.Sleep(window + 100*time.Millisecond) // their window passes during the run
+	released := time.Now()
+	close(inner.release)
+	wg.Wait()
+	inner.mu.Lock()
+	defer inner.mu.Unlock()
+	if len(inner.sizes) != 3 || inner.sizes[1] != 2 || inner.sizes[2] != 1 {
+		t.Fatalf("batches %v: want [1 2 1]", inner.sizes)
+	}
+	if inner.starts[1].Before(released) {
+		t.Fatal("the second batch started while the first was running: one batch at a time")
+	}
+	if d := inner.starts[1].Sub(released); d > window/2 {
+		t.Fatalf("the second batch started %v after the first ended: it was not gathered during the run", d)
+	}
+}
