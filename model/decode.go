@@ -111,11 +111,12 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 			pos := s.pos
 			src := dw.qkv[b*3*d : (b+1)*3*d]
 			kv := s.kv[l]
+			// q and k are roped in place in this step's qkv row (decode
+			// never reads the cache's untransposed keys: writing them only
+			// pulled their lines in)
 			for h := range H {
-				qh := dw.q[h*hs : (h+1)*hs]
-				kh := kv.k[(h*T+pos)*hs : (h*T+pos+1)*hs]
-				copy(qh, src[h*hs:])
-				copy(kh, src[d+h*hs:])
+				qh := src[h*hs : (h+1)*hs]
+				kh := src[d+h*hs : d+(h+1)*hs]
 				copy(kv.v[(h*T+pos)*hs:(h*T+pos+1)*hs], src[2*d+h*hs:])
 				if m.cos != nil {
 					cs, sn := m.cos[pos*half:(pos+1)*half], m.sin[pos*half:(pos+1)*half]
@@ -127,7 +128,7 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 					kt[p*ktBlock] = v
 				}
 			}
-			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, dw.q, kv.kt, kv.v, pos+1, T, H, hs, scale)
+			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, src[:d], kv.kt, kv.v, pos+1, T, H, hs, scale)
 		}
 		m.decodeMatMul(dw.x, dw.att, lp.proj, &pl.proj, B, d, d, true)
 		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln2, B, d, c.NormEps)

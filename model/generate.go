@@ -59,7 +59,6 @@ type decodeWS struct {
 	rstd            []float32 // (B)
 	h, sig, act     []float32 // (B, 2F), (B, F), (B, F)
 	logits          []float32 // (B, V)
-	q               []float32 // (d) one row's roped queries
 	probs           []float32 // (H, probStride(ctx)) one row's attention scores/probabilities per head
 	active, next    []*genSeq
 }
@@ -68,7 +67,7 @@ func (m *Model) decodeWS(shard, B int) *decodeWS {
 	c := m.cfg
 	dw := m.dec[shard]
 	if dw == nil {
-		dw = &decodeWS{q: make([]float32, c.Dim), probs: make([]float32, c.Heads*probStride(c.Context))}
+		dw = &decodeWS{probs: make([]float32, c.Heads*probStride(c.Context))}
 		m.dec[shard] = dw
 	}
 	if dw.B < B {
