@@ -8,10 +8,9 @@ import (
 
 // Batcher turns many concurrent Generate calls (one per rollout goroutine)
 // into few large ones on an inner Generator, because a batch of 16 decodes
-// several times more tokens per second than 16 single calls. One batch runs
-// at a time, and the next is gathered while it runs. It changes no result:
-// each request carries its own seed, and the inner generator must answer a
-// request the same whatever else is in its batch.
+// several times more tokens per second than 16 single calls. It changes no
+// result: each request carries its own seed, and the inner generator must
+// answer a request the same whatever else is in its batch.
 type Batcher struct {
 	inner  Generator
 	max    int
@@ -73,65 +72,40 @@ func (b *Batcher) Generate(ctx context.Context, reqs []Request) ([]Result, error
 	}
 }
 
-// loop gathers batches and sends them to the inner generator one at a
-// time. It keeps gathering while a batch runs: the calls that arrive
-// during a run form the next batch, which goes out as soon as the run ends
-// if its window or quiet gap has already passed. (Gathering only between
-// runs left both cores idle for up to the window before every batch: in
-// the default RL run, ~30 batches per step of a median 5 requests, the
-// generator was busy for 65-85 % of the generation phase.)
 func (b *Batcher) loop(ctx context.Context) {
-	var (
-		next      []*pending // the batch being gathered
-		n         int        // its requests
-		end, last time.Time  // its window's end, its latest arrival
-		running   bool
-		done      = make(chan struct{}, 1)
-		timer     = time.NewTimer(time.Hour)
-	)
-	timer.Stop()
+	var timer *time.Timer
 	for {
-		if !running && len(next) > 0 {
-			now := time.Now()
-			if n >= b.max || !now.Before(end) || now.Sub(last) >= b.gap {
-				batch, bn := next, n
-				next, n, running = nil, 0, true
-				go func() {
-					b.run(ctx, batch, bn)
-					done <- struct{}{}
-				}()
-				continue
-			}
-			timer.Reset(min(end.Sub(now), b.gap-now.Sub(last))) // (Go ≥ 1.23 timers: no stale fire survives Reset or Stop)
-		}
-		queue := b.queue
-		if n >= b.max {
-			queue = nil // full: the rest waits in the queue for the batch after
-		}
+		var first *pending
 		select {
-		case p := <-queue:
-			now := time.Now()
-			if len(next) == 0 {
-				end = now.Add(b.window)
-			}
-			next = append(next, p)
-			n += len(p.reqs)
-			last = now
-		case <-done:
-			running = false
-		case <-timer.C:
+		case first = <-b.queue:
 		case <-ctx.Done():
-			timer.Stop()
-			if running {
-				<-done
-			}
-			for _, p := range next {
-				p.err = ctx.Err()
-				close(p.done)
-			}
 			b.drain(ctx.Err())
 			return
 		}
+		batch := []*pending{first}
+		n := len(first.reqs)
+		end := time.Now().Add(b.window)
+		wait := func() time.Duration { return max(0, min(time.Until(end), b.gap)) }
+		if timer == nil {
+			timer = time.NewTimer(wait())
+		} else {
+			timer.Reset(wait())
+		}
+	gather:
+		for n < b.max {
+			select {
+			case p := <-b.queue:
+				batch = append(batch, p)
+				n += len(p.reqs)
+				timer.Reset(wait()) // (Go ≥ 1.23 timers: no stale fire survives Reset or Stop)
+			case <-timer.C:
+				break gather
+			case <-ctx.Done():
+				break gather
+			}
+		}
+		timer.Stop()
+		b.run(ctx, batch, n)
 	}
 }
 
