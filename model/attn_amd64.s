@@ -4,7 +4,7 @@
 
 #include "textflag.h"
 
-// func attnZ4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+// func attnZ4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 TEXT ·attnZ4x1(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ xp+8(FP), AX
@@ -42,15 +42,19 @@ loop:
 	ADDQ BX, DI
 	DECQ CX
 	JNZ loop
-	MOVQ out+40(FP), AX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Z0, (R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Z1, (R9)
+	MOVQ 16(AX), R10
+	VMOVUPS Z2, (R10)
+	MOVQ 24(AX), R11
+	VMOVUPS Z3, (R11)
 	VZEROUPPER
 	RET
 
-// func attnZ4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+// func attnZ4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 TEXT ·attnZ4x2(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ xp+8(FP), AX
@@ -96,32 +100,64 @@ loop:
 	ADDQ BX, DI
 	DECQ CX
 	JNZ loop
-	MOVQ out+40(FP), AX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, 256(AX)
-	VMOVUPS Z5, 320(AX)
-	VMOVUPS Z6, 384(AX)
-	VMOVUPS Z7, 448(AX)
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Z0, (R8)
+	VMOVUPS Z1, 64(R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Z2, (R9)
+	VMOVUPS Z3, 64(R9)
+	MOVQ 16(AX), R10
+	VMOVUPS Z4, (R10)
+	VMOVUPS Z5, 64(R10)
+	MOVQ 24(AX), R11
+	VMOVUPS Z6, (R11)
+	VMOVUPS Z7, 64(R11)
 	VZEROUPPER
 	RET
 
-// func attnY4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
-TEXT ·attnY4x1(SB), NOSPLIT, $0-48
+// func attnY2x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
+TEXT ·attnY2x1(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ xp+8(FP), AX
 	MOVQ 0(AX), R8
 	MOVQ 8(AX), R9
-	MOVQ 16(AX), R10
-	MOVQ 24(AX), R11
 	MOVQ xs+16(FP), DX
 	MOVQ yp+24(FP), AX
 	MOVQ 0(AX), R12
 	MOVQ 8(AX), R13
-	MOVQ 16(AX), SI
-	MOVQ 24(AX), DI
+	MOVQ ys+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+loop:
+	VBROADCASTSS (R8), Y8
+	VFMADD231PS (R12), Y8, Y0
+	VBROADCASTSS (R9), Y9
+	VFMADD231PS (R13), Y9, Y1
+	ADDQ DX, R8
+	ADDQ BX, R12
+	ADDQ DX, R9
+	ADDQ BX, R13
+	DECQ CX
+	JNZ loop
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Y0, (R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Y1, (R9)
+	VZEROUPPER
+	RET
+
+// func attnY2x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
+TEXT ·attnY2x2(SB), NOSPLIT, $0-48
+	MOVQ n+0(FP), CX
+	MOVQ xp+8(FP), AX
+	MOVQ 0(AX), R8
+	MOVQ 8(AX), R9
+	MOVQ xs+16(FP), DX
+	MOVQ yp+24(FP), AX
+	MOVQ 0(AX), R12
+	MOVQ 8(AX), R13
 	MOVQ ys+32(FP), BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -130,44 +166,80 @@ TEXT ·attnY4x1(SB), NOSPLIT, $0-48
 loop:
 	VBROADCASTSS (R8), Y8
 	VFMADD231PS (R12), Y8, Y0
+	VFMADD231PS 32(R12), Y8, Y1
 	VBROADCASTSS (R9), Y9
-	VFMADD231PS (R13), Y9, Y1
-	VBROADCASTSS (R10), Y10
-	VFMADD231PS (SI), Y10, Y2
-	VBROADCASTSS (R11), Y11
-	VFMADD231PS (DI), Y11, Y3
+	VFMADD231PS (R13), Y9, Y2
+	VFMADD231PS 32(R13), Y9, Y3
 	ADDQ DX, R8
 	ADDQ BX, R12
 	ADDQ DX, R9
 	ADDQ BX, R13
-	ADDQ DX, R10
-	ADDQ BX, SI
-	ADDQ DX, R11
-	ADDQ BX, DI
 	DECQ CX
 	JNZ loop
-	MOVQ out+40(FP), AX
-	VMOVUPS Y0, 0(AX)
-	VMOVUPS Y1, 64(AX)
-	VMOVUPS Y2, 128(AX)
-	VMOVUPS Y3, 192(AX)
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Y0, (R8)
+	VMOVUPS Y1, 32(R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, 32(R9)
 	VZEROUPPER
 	RET
 
-// func attnY4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
-TEXT ·attnY4x2(SB), NOSPLIT, $0-48
+// func attnY2x3(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
+TEXT ·attnY2x3(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ xp+8(FP), AX
 	MOVQ 0(AX), R8
 	MOVQ 8(AX), R9
-	MOVQ 16(AX), R10
-	MOVQ 24(AX), R11
 	MOVQ xs+16(FP), DX
 	MOVQ yp+24(FP), AX
 	MOVQ 0(AX), R12
 	MOVQ 8(AX), R13
-	MOVQ 16(AX), SI
-	MOVQ 24(AX), DI
+	MOVQ ys+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+loop:
+	VBROADCASTSS (R8), Y8
+	VFMADD231PS (R12), Y8, Y0
+	VFMADD231PS 32(R12), Y8, Y1
+	VFMADD231PS 64(R12), Y8, Y2
+	VBROADCASTSS (R9), Y9
+	VFMADD231PS (R13), Y9, Y3
+	VFMADD231PS 32(R13), Y9, Y4
+	VFMADD231PS 64(R13), Y9, Y5
+	ADDQ DX, R8
+	ADDQ BX, R12
+	ADDQ DX, R9
+	ADDQ BX, R13
+	DECQ CX
+	JNZ loop
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Y0, (R8)
+	VMOVUPS Y1, 32(R8)
+	VMOVUPS Y2, 64(R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Y3, (R9)
+	VMOVUPS Y4, 32(R9)
+	VMOVUPS Y5, 64(R9)
+	VZEROUPPER
+	RET
+
+// func attnY2x4(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
+TEXT ·attnY2x4(SB), NOSPLIT, $0-48
+	MOVQ n+0(FP), CX
+	MOVQ xp+8(FP), AX
+	MOVQ 0(AX), R8
+	MOVQ 8(AX), R9
+	MOVQ xs+16(FP), DX
+	MOVQ yp+24(FP), AX
+	MOVQ 0(AX), R12
+	MOVQ 8(AX), R13
 	MOVQ ys+32(FP), BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -181,33 +253,29 @@ loop:
 	VBROADCASTSS (R8), Y8
 	VFMADD231PS (R12), Y8, Y0
 	VFMADD231PS 32(R12), Y8, Y1
+	VFMADD231PS 64(R12), Y8, Y2
+	VFMADD231PS 96(R12), Y8, Y3
 	VBROADCASTSS (R9), Y9
-	VFMADD231PS (R13), Y9, Y2
-	VFMADD231PS 32(R13), Y9, Y3
-	VBROADCASTSS (R10), Y10
-	VFMADD231PS (SI), Y10, Y4
-	VFMADD231PS 32(SI), Y10, Y5
-	VBROADCASTSS (R11), Y11
-	VFMADD231PS (DI), Y11, Y6
-	VFMADD231PS 32(DI), Y11, Y7
+	VFMADD231PS (R13), Y9, Y4
+	VFMADD231PS 32(R13), Y9, Y5
+	VFMADD231PS 64(R13), Y9, Y6
+	VFMADD231PS 96(R13), Y9, Y7
 	ADDQ DX, R8
 	ADDQ BX, R12
 	ADDQ DX, R9
 	ADDQ BX, R13
-	ADDQ DX, R10
-	ADDQ BX, SI
-	ADDQ DX, R11
-	ADDQ BX, DI
 	DECQ CX
 	JNZ loop
-	MOVQ out+40(FP), AX
-	VMOVUPS Y0, 0(AX)
-	VMOVUPS Y1, 64(AX)
-	VMOVUPS Y2, 128(AX)
-	VMOVUPS Y3, 192(AX)
-	VMOVUPS Y4, 256(AX)
-	VMOVUPS Y5, 320(AX)
-	VMOVUPS Y6, 384(AX)
-	VMOVUPS Y7, 448(AX)
+	MOVQ op+40(FP), AX
+	MOVQ 0(AX), R8
+	VMOVUPS Y0, (R8)
+	VMOVUPS Y1, 32(R8)
+	VMOVUPS Y2, 64(R8)
+	VMOVUPS Y3, 96(R8)
+	MOVQ 8(AX), R9
+	VMOVUPS Y4, (R9)
+	VMOVUPS Y5, 32(R9)
+	VMOVUPS Y6, 64(R9)
+	VMOVUPS Y7, 96(R9)
 	VZEROUPPER
 	RET

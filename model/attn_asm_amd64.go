@@ -6,22 +6,32 @@ package model
 
 import "unsafe"
 
-// attnZ4x1: 4 heads × 1 vectors of 16 lanes; out[g·1+v][:16] = the chains of head g, vector v.
+// attnZ4x1: 4 heads × 1 vectors of 16 lanes; op[g] + v·16 floats gets the chains of head g, vector v.
 //
 //go:noescape
-func attnZ4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+func attnZ4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 
-// attnZ4x2: 4 heads × 2 vectors of 16 lanes; out[g·2+v][:16] = the chains of head g, vector v.
+// attnZ4x2: 4 heads × 2 vectors of 16 lanes; op[g] + v·16 floats gets the chains of head g, vector v.
 //
 //go:noescape
-func attnZ4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+func attnZ4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 
-// attnY4x1: 4 heads × 1 vectors of 8 lanes; out[g·1+v][:8] = the chains of head g, vector v.
+// attnY2x1: 2 heads × 1 vectors of 8 lanes; op[g] + v·8 floats gets the chains of head g, vector v.
 //
 //go:noescape
-func attnY4x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+func attnY2x1(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
 
-// attnY4x2: 4 heads × 2 vectors of 8 lanes; out[g·2+v][:8] = the chains of head g, vector v.
+// attnY2x2: 2 heads × 2 vectors of 8 lanes; op[g] + v·8 floats gets the chains of head g, vector v.
 //
 //go:noescape
-func attnY4x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32)
+func attnY2x2(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
+
+// attnY2x3: 2 heads × 3 vectors of 8 lanes; op[g] + v·8 floats gets the chains of head g, vector v.
+//
+//go:noescape
+func attnY2x3(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)
+
+// attnY2x4: 2 heads × 4 vectors of 8 lanes; op[g] + v·8 floats gets the chains of head g, vector v.
+//
+//go:noescape
+func attnY2x4(n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer)

@@ -2,12 +2,13 @@
 
 package model
 
-func decodeScores(probs, q, kt []float32, nk, T int) { axpyScores(probs, q, kt, nk, T) }
-func decodeValues(out, s, v []float32)               { axpyValues(out, s, v) }
+func decodeScores(probs, q, kt []float32, nk int) { axpyScores(probs, q, kt, nk) }
+func decodeValues(out, s, v []float32)            { axpyValues(out, s, v) }
 
 func decodeScoresHeads(probs []float32, ps int, q, kt []float32, nk, T, H, hs int) {
+	tl := ktLen(T)
 	for h := range H {
-		axpyScores(probs[h*ps:], q[h*hs:(h+1)*hs], kt[h*hs*T:], nk, T)
+		axpyScores(probs[h*ps:], q[h*hs:(h+1)*hs], kt[h*hs*tl:], nk)
 	}
 }
 
@@ -16,3 +17,6 @@ func decodeValuesHeads(out, probs []float32, ps int, v []float32, nk, T, H, hs i
 		axpyValues(out[h*hs:(h+1)*hs], probs[h*ps:h*ps+nk], v[h*T*hs:])
 	}
 }
+
+// probRow is the stride of the heads' score rows in a decode row's probs.
+func probRow(nk int) int { return (nk + 7) &^ 7 }

@@ -19,13 +19,13 @@ func TestAttnDecodeRowMatchesPerHead(t *testing.T) {
 	} {
 		H, hs, T, nk := s[0], s[1], s[2], s[3]
 		name := fmt.Sprintf("H=%d hs=%d T=%d nk=%d", H, hs, T, nk)
-		q, kt, v := rvec(r, H*hs), rvec(r, H*hs*T), rvec(r, H*T*hs)
+		q, kt, v := rvec(r, H*hs), rvec(r, H*hs*ktLen(T)), rvec(r, H*T*hs)
 		scale := float32(1 / math.Sqrt(float64(hs)))
 		got := make([]float32, H*hs)
 		attnDecodeRow(got, make([]float32, H*probStride(T)), q, kt, v, nk, T, H, hs, scale)
 		for h := range H {
 			want := make([]float32, hs)
-			attnDecode(want, make([]float32, probStride(T)), q[h*hs:(h+1)*hs], kt[h*hs*T:], v[h*T*hs:], nk, T, scale)
+			attnDecode(want, make([]float32, probStride(T)), q[h*hs:(h+1)*hs], kt[h*hs*ktLen(T):], v[h*T*hs:], nk, scale)
 			for c := range hs {
 				if math.Float32bits(got[h*hs+c]) != math.Float32bits(want[c]) {
 					t.Fatalf("%s: head %d column %d: %v, per head %v", name, h, c, got[h*hs+c], want[c])

@@ -13,31 +13,25 @@ import (
 // Read-only after init.
 var fusedDecode = kern.SIMDPath() != "portable" && archsimd.X86.AVX2() && archsimd.X86.FMA()
 
-// decodeScores writes s[j] = Σ_p q[p]·kt[p·T+j] for j < nk, keeping 32
-// keys' chains in registers across p. Lanes past nk hold garbage (probs has
-// room for them) and are never read.
-func decodeScores(probs, q, kt []float32, nk, T int) {
+// decodeScores writes s[j] = Σ_p q[p]·kt[ktAt(hs, j, p)] for j < nk,
+// keeping a block's 32 keys' chains in registers across p. Lanes past nk
+// hold garbage (probs has room for them) and are never read.
+func decodeScores(probs, q, kt []float32, nk int) {
 	if !fusedDecode {
-		axpyScores(probs, q, kt, nk, T)
+		axpyScores(probs, q, kt, nk)
 		return
 	}
-	for j := 0; j < nk; j += 32 {
+	hs := len(q)
+	for j := 0; j < nk; j += ktBlock {
 		var a0, a1, a2, a3 archsimd.Float32x8
-		full := j+32 <= T
+		blk := kt[j*hs : (j+ktBlock)*hs]
 		for p, qp := range q {
 			b := archsimd.BroadcastFloat32x8(qp)
-			row := kt[p*T : (p+1)*T]
-			if full {
-				a0 = b.MulAdd(archsimd.LoadFloat32x8Slice(row[j:]), a0)
-				a1 = b.MulAdd(archsimd.LoadFloat32x8Slice(row[j+8:]), a1)
-				a2 = b.MulAdd(archsimd.LoadFloat32x8Slice(row[j+16:]), a2)
-				a3 = b.MulAdd(archsimd.LoadFloat32x8Slice(row[j+24:]), a3)
-			} else {
-				a0 = b.MulAdd(load8(row, j), a0)
-				a1 = b.MulAdd(load8(row, j+8), a1)
-				a2 = b.MulAdd(load8(row, j+16), a2)
-				a3 = b.MulAdd(load8(row, j+24), a3)
-			}
+			row := blk[p*ktBlock : (p+1)*ktBlock]
+			a0 = b.MulAdd(archsimd.LoadFloat32x8Slice(row), a0)
+			a1 = b.MulAdd(archsimd.LoadFloat32x8Slice(row[8:]), a1)
+			a2 = b.MulAdd(archsimd.LoadFloat32x8Slice(row[16:]), a2)
+			a3 = b.MulAdd(archsimd.LoadFloat32x8Slice(row[24:]), a3)
 		}
 		a0.StoreSlice(probs[j:])
 		a1.StoreSlice(probs[j+8:])

@@ -16,7 +16,9 @@ import (
 // packed; AVX2 about even). The products give the bits of kern.MatMul with
 // the plain weights.
 type decodePacked struct {
-	on     bool // packed for this Generate call
+	on     bool   // packed for this Generate call
+	packed bool   // the panels hold the weights of version ver
+	ver    uint64 // Model.wver when packed
 	layers []struct{ qkv, proj, fc, fc2 kern.Packed }
 	head   kern.Packed
 }
@@ -26,7 +28,9 @@ type decodePacked struct {
 const packDecodeMin = 256
 
 // packDecode lays the weights out for decode when the call samples enough
-// tokens to repay it; otherwise decode reads them in place.
+// tokens to repay it; otherwise decode reads them in place. The panels are
+// kept for the next call until the weights change (the RL loop's snapshot
+// serves many calls per version), and are made on both shards.
 func (m *Model) packDecode(cost []int) {
 	if m.dpk == nil {
 		m.dpk = &decodePacked{layers: make([]struct{ qkv, proj, fc, fc2 kern.Packed }, m.cfg.Layers)}
@@ -37,19 +41,43 @@ func (m *Model) packDecode(cost []int) {
 	}
 	dp := m.dpk
 	dp.on = rows >= packDecodeMin
-	if !dp.on {
+	if !dp.on || dp.packed && dp.ver == m.wver {
 		return
 	}
 	c := m.cfg
 	d, f := c.Dim, c.Hidden
+	type job struct {
+		dst  *kern.Packed
+		b    []float32
+		k, n int
+	}
+	jobs := []job{{&dp.head, m.wteT, d, c.Vocab}}
 	for l := range dp.layers {
 		lp, pl := &m.p.layers[l], &dp.layers[l]
-		kern.Pack(&pl.qkv, lp.qkv, d, 3*d)
-		kern.Pack(&pl.proj, lp.proj, d, d)
-		kern.Pack(&pl.fc, lp.fc, d, 2*f)
-		kern.Pack(&pl.fc2, lp.fc2, f, d)
+		jobs = append(jobs, job{&pl.qkv, lp.qkv, d, 3 * d}, job{&pl.proj, lp.proj, d, d},
+			job{&pl.fc, lp.fc, d, 2 * f}, job{&pl.fc2, lp.fc2, f, d})
 	}
-	kern.Pack(&dp.head, m.wteT, d, c.Vocab)
+	// each job to the shard with less to pack so far (in this fixed order)
+	var load [nShards]int
+	shard := make([]int, len(jobs))
+	for i, j := range jobs {
+		s := 0
+		for t := range nShards {
+			if load[t] < load[s] {
+				s = t
+			}
+		}
+		shard[i] = s
+		load[s] += j.k * j.n
+	}
+	runShards(func(sh int) {
+		for i, j := range jobs {
+			if shard[i] == sh {
+				kern.Pack(j.dst, j.b, j.k, j.n)
+			}
+		}
+	})
+	dp.packed, dp.ver = true, m.wver
 }
 
 // decodeMatMul is kern.MatMul(c, a, w, rows, k, n, acc), from the packed
@@ -68,7 +96,7 @@ func (m *Model) decodeMatMul(c, a, w []float32, pk *kern.Packed, rows, k, n int,
 func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 	c := m.cfg
 	B, d, H, hs, f, T, V := len(seqs), c.Dim, c.Heads, c.HeadDim(), c.Hidden, c.Context, c.Vocab
-	half := hs / 2
+	half, tl := hs/2, ktLen(T)
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	p := &m.p
 	for b, s := range seqs {
@@ -83,22 +111,24 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 			pos := s.pos
 			src := dw.qkv[b*3*d : (b+1)*3*d]
 			kv := s.kv[l]
+			// q and k are roped in place in this step's qkv row (decode
+			// never reads the cache's untransposed keys: writing them only
+			// pulled their lines in)
 			for h := range H {
-				qh := dw.q[h*hs : (h+1)*hs]
-				kh := kv.k[(h*T+pos)*hs : (h*T+pos+1)*hs]
-				copy(qh, src[h*hs:])
-				copy(kh, src[d+h*hs:])
+				qh := src[h*hs : (h+1)*hs]
+				kh := src[d+h*hs : d+(h+1)*hs]
 				copy(kv.v[(h*T+pos)*hs:(h*T+pos+1)*hs], src[2*d+h*hs:])
 				if m.cos != nil {
 					cs, sn := m.cos[pos*half:(pos+1)*half], m.sin[pos*half:(pos+1)*half]
 					ropeForward(qh, cs, sn)
 					ropeForward(kh, cs, sn)
 				}
+				kt := kv.kt[h*hs*tl+ktAt(hs, pos, 0):]
 				for p, v := range kh {
-					kv.kt[(h*hs+p)*T+pos] = v
+					kt[p*ktBlock] = v
 				}
 			}
-			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, dw.q, kv.kt, kv.v, pos+1, T, H, hs, scale)
+			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, src[:d], kv.kt, kv.v, pos+1, T, H, hs, scale)
 		}
 		m.decodeMatMul(dw.x, dw.att, lp.proj, &pl.proj, B, d, d, true)
 		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln2, B, d, c.NormEps)
@@ -114,16 +144,16 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 	}
 }
 
-// attnDecode is attnForward for one query row at position nk−1, over the
-// transposed keys kt (hs, T) and values v (≥nk, hs). Scores and output are
+// attnDecode is attnForward for one query row at position nk−1, over a
+// head's blocked transposed keys kt (ktAt) and values v (≥nk, hs). Scores and output are
 // the same per-element chains as attnForward's kern products (a sequential
 // multiply-add chain over the reduction index from 0, fused exactly when
 // kern fuses), so decode and training agree bit for bit; decodeScores and
 // decodeValues are the fused SIMD loops or their Axpy-chain fallback.
 // probs needs room for nk rounded up to 32.
-func attnDecode(out, probs, q, kt, v []float32, nk, T int, scale float32) {
+func attnDecode(out, probs, q, kt, v []float32, nk int, scale float32) {
 	s := probs[:nk]
-	decodeScores(probs, q, kt, nk, T)
+	decodeScores(probs, q, kt, nk)
 	softmaxCausal(s, nk, scale)
 	decodeValues(out, s, v)
 }
@@ -133,25 +163,46 @@ func attnDecode(out, probs, q, kt, v []float32, nk, T int, scale float32) {
 func probStride(T int) int { return T + 32 }
 
 // attnDecodeRow is attnDecode for every head of one row at once: q and out
-// are (H·hs), kt the layer's transposed keys (H, hs, T), v its values (H,
-// T, hs), probs H stripes of probStride(T). Running the heads' chains
-// together keeps the FMA units busy; every lane is the same chain as
-// attnDecode's (and training's).
+// are (H·hs), kt the layer's blocked transposed keys (H heads of
+// hs·ktLen(T)), v its values (H, T, hs), probs room for H·probStride(T).
+// Running the heads' chains together keeps the FMA units busy; every lane
+// is the same chain as attnDecode's (and training's). The heads' score
+// rows lie probRow(nk) apart, so the softmax's exp, sum and scaling run on
+// whole vectors (exp once over all heads; the lanes past nk are zeros and
+// never read): softmaxCausal's operations on every lane that is read.
 func attnDecodeRow(out, probs, q, kt, v []float32, nk, T, H, hs int, scale float32) {
-	ps := probStride(T)
-	decodeScoresHeads(probs, ps, q, kt, nk, T, H, hs)
+	ps := probRow(nk)
+	all := probs[:H*ps]
+	decodeScoresHeads(all, ps, q, kt, nk, T, H, hs)
 	for h := range H {
-		softmaxCausal(probs[h*ps:h*ps+nk], nk, scale)
+		row := all[h*ps : (h+1)*ps]
+		mx := scaleMax(row[:nk], scale)
+		addScalar(row[:nk], -mx)
+		clear(row[nk:])
 	}
-	decodeValuesHeads(out, probs, ps, v, nk, T, H, hs)
+	kern.ExpInPlace(all)
+	for h := range H {
+		// the lanes past nk (exp(0) = 1 now) become +0 again, which
+		// sumLanes adds as its own zero-filled tail would: the sum over
+		// whole vectors is the sum over nk
+		row := all[h*ps : (h+1)*ps]
+		clear(row[nk:])
+		kern.Scale(row, 1/sumLanes(row))
+	}
+	decodeValuesHeads(out, all, ps, v, nk, T, H, hs)
 }
 
-// axpyScores: s[j] = Σ_p q[p]·kt[p·T+j] as kern.Axpy chains.
-func axpyScores(probs, q, kt []float32, nk, T int) {
-	s := probs[:nk]
-	clear(s)
-	for p, qp := range q {
-		kern.Axpy(s, qp, kt[p*T:p*T+nk])
+// axpyScores: s[j] = Σ_p q[p]·kt[ktAt(hs, j, p)] as kern.Axpy chains, one
+// block of keys at a time.
+func axpyScores(probs, q, kt []float32, nk int) {
+	hs := len(q)
+	for j := 0; j < nk; j += ktBlock {
+		n := min(ktBlock, nk-j)
+		s, blk := probs[j:j+n], kt[j*hs:]
+		clear(s)
+		for p, qp := range q {
+			kern.Axpy(s, qp, blk[p*ktBlock:p*ktBlock+n])
+		}
 	}
 }
 

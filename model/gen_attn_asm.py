@@ -1,9 +1,13 @@
 # Generates attn_amd64.s and attn_asm_amd64.go: the decode-attention chain
-# kernels. Each runs 4 heads × V vectors of chains: at step i, for head g,
+# kernels. Each runs G heads × V vectors of chains (AVX-512: 4 heads × up to
+# 2 vectors of 16 lanes; AVX2: 2 heads × up to 4 vectors of 8 lanes, a whole
+# 32-key block or 32-float value row per head, one broadcast per 4 FMAs): at
+# step i, for head g,
 # acc[g][v] = fma(x_g[i], y_g[i] + v·lanes, acc[g][v]) from +0, where x_g
 # advances xs bytes and y_g ys bytes per step; the accumulators stay in
-# registers (the archsimd version spilled them). Every lane is one chain
-# over the reduction index in order, as in kern's products.
+# registers (the archsimd version spilled them) and are stored straight to
+# op[g] + v·lanes (no staging array to zero and copy). Every lane is one
+# chain over the reduction index in order, as in kern's products.
 # Usage: python3 gen_attn_asm.py (then gofmt -w attn_asm_amd64.go)
 S, G = [], []
 A = S.append
@@ -16,50 +20,54 @@ G.append("package model\n")
 G.append('import "unsafe"\n')
 XP = ["R8", "R9", "R10", "R11"]
 YP = ["R12", "R13", "SI", "DI"]
-ARGS = "n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, out *[8][16]float32"
+ARGS = "n int, xp *[4]unsafe.Pointer, xs uintptr, yp *[4]unsafe.Pointer, ys uintptr, op *[4]unsafe.Pointer"
 
 
-def kernel(zmm, V):
+def kernel(zmm, H, V):
     L = 16 if zmm else 8
     R = "Z" if zmm else "Y"
-    name = f"attn{'Z' if zmm else 'Y'}4x{V}"
-    G.append(f"// {name}: 4 heads × {V} vectors of {L} lanes; out[g·{V}+v][:{L}] = the chains of head g, vector v.")
+    name = f"attn{'Z' if zmm else 'Y'}{H}x{V}"
+    G.append(f"// {name}: {H} heads × {V} vectors of {L} lanes; op[g] + v·{L} floats gets the chains of head g, vector v.")
     G.append("//\n//go:noescape")
     G.append(f"func {name}({ARGS})\n")
     A(f"// func {name}({ARGS})")
     A(f"TEXT ·{name}(SB), NOSPLIT, $0-48")
     A("\tMOVQ n+0(FP), CX")
     A("\tMOVQ xp+8(FP), AX")
-    for g in range(4):
+    for g in range(H):
         A(f"\tMOVQ {8*g}(AX), {XP[g]}")
     A("\tMOVQ xs+16(FP), DX")
     A("\tMOVQ yp+24(FP), AX")
-    for g in range(4):
+    for g in range(H):
         A(f"\tMOVQ {8*g}(AX), {YP[g]}")
     A("\tMOVQ ys+32(FP), BX")
-    for r in range(4 * V):
+    for r in range(H * V):
         A(f"\tVPXORD {R}{r}, {R}{r}, {R}{r}" if zmm else f"\tVXORPS {R}{r}, {R}{r}, {R}{r}")
     A("loop:")
-    for g in range(4):
+    for g in range(H):
         b = 8 + g
         A(f"\tVBROADCASTSS ({XP[g]}), {R}{b}")
         for v in range(V):
             off = f"{v*L*4}" if v else ""
             A(f"\tVFMADD231PS {off}({YP[g]}), {R}{b}, {R}{g*V+v}")
-    for g in range(4):
+    for g in range(H):
         A(f"\tADDQ DX, {XP[g]}")
         A(f"\tADDQ BX, {YP[g]}")
     A("\tDECQ CX")
     A("\tJNZ loop")
-    A("\tMOVQ out+40(FP), AX")
-    for r in range(4 * V):
-        A(f"\tVMOVUPS {R}{r}, {64*r}(AX)")
+    A("\tMOVQ op+40(FP), AX")
+    for g in range(H):
+        A(f"\tMOVQ {8*g}(AX), {XP[g]}")
+        for v in range(V):
+            off = f"{v*L*4}" if v else ""
+            A(f"\tVMOVUPS {R}{g*V+v}, {off}({XP[g]})")
     A("\tVZEROUPPER")
     A("\tRET\n")
 
 
-for zmm in (True, False):
-    for V in (1, 2):
-        kernel(zmm, V)
+for V in (1, 2):
+    kernel(True, 4, V)
+for V in (1, 2, 3, 4):
+    kernel(False, 2, V)
 open("attn_amd64.s", "w").write("\n".join(S))
 open("attn_asm_amd64.go", "w").write("\n".join(G))

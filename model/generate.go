@@ -35,8 +35,8 @@ const (
 	FinishLength = "length" // MaxTokens reached or the context is full
 )
 
-// maxPooledKV bounds the KV caches a model keeps between Generate calls
-// (each is 3·L·ctx·d floats).
+// maxPooledKV bounds the KV caches a model and its clones keep between
+// Generate calls (each is about 3·L·ctx·d floats).
 const maxPooledKV = 64
 
 // genSeq is one request's decoding state.
@@ -59,7 +59,6 @@ type decodeWS struct {
 	rstd            []float32 // (B)
 	h, sig, act     []float32 // (B, 2F), (B, F), (B, F)
 	logits          []float32 // (B, V)
-	q               []float32 // (d) one row's roped queries
 	probs           []float32 // (H, probStride(ctx)) one row's attention scores/probabilities per head
 	active, next    []*genSeq
 }
@@ -68,7 +67,7 @@ func (m *Model) decodeWS(shard, B int) *decodeWS {
 	c := m.cfg
 	dw := m.dec[shard]
 	if dw == nil {
-		dw = &decodeWS{q: make([]float32, c.Dim), probs: make([]float32, c.Heads*probStride(c.Context))}
+		dw = &decodeWS{probs: make([]float32, c.Heads*probStride(c.Context))}
 		m.dec[shard] = dw
 	}
 	if dw.B < B {
@@ -96,28 +95,25 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 		}
 	}
 	// decode's head is a plain product with the transposed embedding: the
-	// same chains as training's MatMulNT, without a transpose per step
+	// same chains as training's MatMulNT, without a transpose per step (nor
+	// per call while the weights stay the same)
 	if m.wteT == nil {
 		m.wteT = make([]float32, c.Dim*c.Vocab)
+		m.wteTv = m.wver - 1
 	}
-	kern.Transpose(m.wteT, m.p.wte, c.Vocab, c.Dim)
+	if m.wteTv != m.wver {
+		kern.Transpose(m.wteT, m.p.wte, c.Vocab, c.Dim)
+		m.wteTv = m.wver
+	}
 	res := make([]SampleResult, len(reqs))
 	seqs := make([]*genSeq, len(reqs))
-	pool := &m.kvFree
 	for i := range reqs {
-		s := &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed))}
-		if n := len(*pool); n > 0 {
-			s.kv, *pool = (*pool)[n-1], (*pool)[:n-1]
-		} else {
-			s.kv = newKV(c, true)
-		}
-		seqs[i] = s
+		seqs[i] = &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed)),
+			kv: m.kv.get(c)}
 	}
 	defer func() {
 		for _, s := range seqs {
-			if len(*pool) < maxPooledKV {
-				*pool = append(*pool, s.kv)
-			}
+			m.kv.put(s.kv)
 		}
 	}()
 
@@ -277,18 +273,20 @@ func lcp(a, b []int32) int {
 	return n
 }
 
-// copyKV copies positions [0, n) of every layer and head.
+// copyKV copies positions [0, n) of every layer and head (the transposed
+// keys in whole blocks: positions past n are overwritten before they are
+// read).
 func copyKV(dst, src []layerKV, n int, c Config) {
 	T, hs := c.Context, c.HeadDim()
+	tl := ktLen(T)
+	nb := (n + ktBlock - 1) / ktBlock * ktBlock * hs
 	for l := range dst {
 		for h := range c.Heads {
 			o := h * T * hs
 			copy(dst[l].k[o:o+n*hs], src[l].k[o:o+n*hs])
 			copy(dst[l].v[o:o+n*hs], src[l].v[o:o+n*hs])
-			for p := range hs {
-				r := (h*hs + p) * T
-				copy(dst[l].kt[r:r+n], src[l].kt[r:r+n])
-			}
+			o = h * hs * tl
+			copy(dst[l].kt[o:o+nb], src[l].kt[o:o+nb])
 		}
 	}
 }
@@ -296,12 +294,14 @@ func copyKV(dst, src []layerKV, n int, c Config) {
 // transposeKeys fills kt from k for positions [p0, p1).
 func transposeKeys(kv []layerKV, p0, p1 int, c Config) {
 	T, hs := c.Context, c.HeadDim()
+	tl := ktLen(T)
 	for l := range kv {
 		for h := range c.Heads {
+			kt := kv[l].kt[h*hs*tl : (h+1)*hs*tl]
 			for pos := p0; pos < p1; pos++ {
 				row := kv[l].k[(h*T+pos)*hs : (h*T+pos+1)*hs]
 				for p, v := range row {
-					kv[l].kt[(h*hs+p)*T+pos] = v
+					kt[ktAt(hs, pos, p)] = v
 				}
 			}
 		}

@@ -28,11 +28,13 @@ type Model struct {
 	p        params    // named views into w
 	cos, sin []float32 // rope tables (ctx, hs/2); nil for learned positions
 
-	ws     [nShards]*workspace // training/prefill activations, allocated on first use
-	dec    [nShards]*decodeWS  // decode-step buffers, allocated on first use
-	kvFree [][]layerKV         // KV caches kept for the next Generate call
-	wteT   []float32           // (d, V) transposed head for decode, refreshed by Generate
-	dpk    *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
+	ws    [nShards]*workspace // training/prefill activations, allocated on first use
+	dec   [nShards]*decodeWS  // decode-step buffers, allocated on first use
+	kv    *kvPool             // KV caches kept for the next Generate call; shared with clones
+	wteT  []float32           // (d, V) transposed head for decode, of weights version wteTv
+	wteTv uint64              // the wver wteT was made from
+	wver  uint64              // bumped when the weights change in place (CopyWeightsFrom, a trainer step)
+	dpk   *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
 
 	prefilled     int          // prompt tokens the last Generate computed (the rest were shared)
 	prefillShards [nShards]int // of those, the tokens each shard computed
@@ -72,7 +74,7 @@ func newEmpty(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: cfg, specs: layout(cfg)}
+	m := &Model{cfg: cfg, specs: layout(cfg), kv: &kvPool{}}
 	m.w = make([]float32, numParams(m.specs))
 	m.p = bind(m.w, cfg, m.specs)
 	if cfg.Positions == PosRope {
@@ -106,15 +108,31 @@ func (m *Model) Digest() [32]byte {
 
 // layerKV is one layer's key/value store, k and v (H, ctx, hs): the KV
 // cache in generation and the saved keys/values in training. The cache
-// also keeps the keys transposed, kt (H, hs, ctx), so a decode step's
-// scores are Axpy chains over contiguous keys.
+// also keeps the keys transposed, kt, so a decode step's scores are
+// multiply-add chains over contiguous keys. kt is blocked: head h, then
+// blocks of ktBlock positions, each (hs, ktBlock) (index h·hs·ktLen(ctx) +
+// ktAt(hs, j, p)). A plain (hs, ctx) layout put a head's hs key rows
+// ctx·4 bytes apart, which at ctx 256 maps them onto 4 of L1's 64 sets:
+// every decode step missed L1 on every key line (3× slower attention).
 type layerKV struct{ k, v, kt []float32 }
+
+// ktBlock is the positions per block of the transposed keys: two vectors
+// of the widest path (2×16 lanes), so a kernel's chains stay in one block.
+const ktBlock = 32
+
+// ktLen is the positions a head's blocked keys hold: ctx rounded up to
+// whole blocks (lanes past the context are read as padding, never used).
+func ktLen(T int) int { return (T + ktBlock - 1) / ktBlock * ktBlock }
+
+// ktAt is the offset of key component p at position j in a head's blocked
+// transposed keys.
+func ktAt(hs, j, p int) int { return (j/ktBlock)*hs*ktBlock + p*ktBlock + j%ktBlock }
 
 func newKV(c Config, transposed bool) []layerKV {
 	n := c.Context * c.Dim
 	per := 2 * n
 	if transposed {
-		per = 3 * n
+		per += ktLen(c.Context) * c.Dim
 	}
 	buf := make([]float32, per*c.Layers)
 	kv := make([]layerKV, c.Layers)
@@ -487,13 +505,15 @@ func (m *Model) Logits(toks []int32) ([]float32, error) {
 
 // Clone returns an independent model with a copy of m's weights (and fresh
 // workspaces): e.g. a generation snapshot of version k while a trainer
-// steps m to k+1 on another goroutine.
+// steps m to k+1 on another goroutine. The clone shares m's pool of spare
+// KV caches (scratch memory, safe for concurrent use).
 func (m *Model) Clone() *Model {
 	c, err := newEmpty(m.cfg)
 	if err != nil {
 		panic(err) // m's config was validated when m was built
 	}
 	copy(c.w, m.w)
+	c.kv = m.kv
 	return c
 }
 
@@ -504,5 +524,6 @@ func (m *Model) CopyWeightsFrom(src *Model) error {
 		return fmt.Errorf("model: copy weights: config %+v differs from %+v", src.cfg, m.cfg)
 	}
 	copy(m.w, src.w)
+	m.wver++
 	return nil
 }

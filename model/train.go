@@ -408,6 +408,7 @@ func gradNorm(g []float32) float64 {
 // contiguous ranges of equal size updated concurrently: every element gets
 // the same arithmetic wherever the split falls.
 func (t *Trainer) adamw(lr float64) {
+	t.m.wver++ // decode's transposed and packed copies are stale
 	total := numParams(t.m.specs)
 	runShards(func(sh int) {
 		a, b := sh*total/nShards, (sh+1)*total/nShards
