@@ -10,10 +10,11 @@ import (
 
 // TestWorkersReuseAndStop: functions run at once however many are in
 // flight (no bound), a later batch runs on the idle workers of the first
-// (no new goroutines), and stop ends them all.
+// (no new goroutines), and stop ends them all. Workers are counted from a
+// stack dump, not runtime.NumGoroutine: other tests' goroutines may still
+// be ending (a count against a baseline failed under -race that way).
 func TestWorkersReuseAndStop(t *testing.T) {
 	const n = 8
-	base := runtime.NumGoroutine()
 	w := newWorkers()
 	batch := func() int {
 		var started, done sync.WaitGroup
@@ -28,7 +29,7 @@ func TestWorkersReuseAndStop(t *testing.T) {
 			})
 		}
 		waitOrFail(t, started.Wait, "the functions to start together")
-		running := runtime.NumGoroutine() - base
+		running := workerGoroutines(false)
 		close(release)
 		waitOrFail(t, done.Wait, "the functions to end")
 		return running
@@ -38,30 +39,30 @@ func TestWorkersReuseAndStop(t *testing.T) {
 	}
 	// The workers go idle after their function returns; give them a moment.
 	deadline := time.Now().Add(5 * time.Second)
-	for idleWorkers() < n && time.Now().Before(deadline) {
+	for workerGoroutines(true) < n && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	if got := batch(); got != n {
-		t.Fatalf("second batch: %d goroutines beside the test's, want the first batch's %d", got, n)
+		t.Fatalf("second batch ran on %d workers, want the first batch's %d", got, n)
 	}
 	waitOrFail(t, w.stop, "stop")
-	deadline = time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+	deadline = time.Now().Add(5 * time.Second) // a worker past wg.Done may still be on its way out
+	for workerGoroutines(false) > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if got := runtime.NumGoroutine(); got > base {
-		t.Fatalf("%d goroutines after stop, %d before the pool", got, base)
+	if got := workerGoroutines(false); got != 0 {
+		t.Fatalf("%d workers after stop", got)
 	}
 }
 
-// idleWorkers counts the workers waiting for a function, from a dump of
-// every goroutine's stack.
-func idleWorkers() int {
+// workerGoroutines counts the workers (only the idle ones, waiting for a
+// function, with idle), from a dump of every goroutine's stack.
+func workerGoroutines(idle bool) int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "[select") && strings.Contains(g, "(*workers).work") {
+		if strings.Contains(g, "(*workers).work") && (!idle || strings.Contains(g, "[select")) {
 			n++
 		}
 	}

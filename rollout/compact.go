@@ -88,5 +88,9 @@ func (l *loop) declareCompaction(ctx context.Context, ev runlog.Compaction) erro
 		l.pos++
 		return nil
 	}
-	return l.record(ctx, ev)
+	// A decision, not an effect: it goes out with the next call's record
+	// (hold), like the step before it. The next prompt depends on it, and
+	// the call that reads that prompt is logged in the same append.
+	l.hold(ev)
+	return nil
 }

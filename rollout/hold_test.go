@@ -1,8 +1,9 @@
 package rollout_test
 
-// Tests of the held environment step (rollout.go, hold): it joins the
-// append of the compaction, call or seal that follows it, and is durable
-// before the next environment step and with the next call's record.
+// Tests of the held environment step and compaction (rollout.go, hold):
+// they join the append of the call or seal that follows them, and a step
+// is durable before the next environment step and with the next call's
+// record.
 
 import (
 	"context"
@@ -119,21 +120,21 @@ func watchedSpec(t *testing.T, cc compaction.Config, rec *batchRecorder, taken *
 	return s
 }
 
-// TestHeldStepJoinsTheNextAppend: every environment step shares the
-// append of what follows it (a compaction declared right after it, the
-// next call's record, or the seal); every other event is appended alone
-// (a call before its step, a compaction before the next call); no
-// environment step runs before every earlier step is recorded
-// (watchedEnv), no call is recorded without the steps before it
-// (batchRecorder), and no model call runs with more than the last step
-// unrecorded (watchedGen). With summarize, the summary call joins the step
-// and its compaction goes alone.
+// TestHeldStepJoinsTheNextAppend: environment steps and compactions are
+// held and go out with the record that follows them (the next call's or
+// the seal): every append is held events (steps, compactions) ended by one
+// call or seal, or that one event alone; every step and every compaction
+// is in such an append; no environment step runs before every earlier
+// step is recorded (watchedEnv), no call is recorded without the steps
+// before it (batchRecorder), and no model call runs with more than the
+// last step unrecorded (watchedGen). With recency an append holds a step,
+// its compaction and the next call; with summarize the summary call joins
+// the step, and its compaction joins the call after it.
 func TestHeldStepJoinsTheNextAppend(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		cc     compaction.Config
-		joined bool // compactions join the step before them
-	}{{"recency", recency, true}, {"summarize", summarizeCC, false}} {
+		name string
+		cc   compaction.Config
+	}{{"recency", recency}, {"summarize", summarizeCC}} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec, taken := &batchRecorder{}, 0
 			res, err := rollout.Run(context.Background(), watchedSpec(t, tc.cc, rec, &taken), nil)
@@ -143,20 +144,26 @@ func TestHeldStepJoinsTheNextAppend(t *testing.T) {
 			if res.Outcome != runlog.OutcomeCompleted || res.Compactions == 0 {
 				t.Fatalf("want a completed rollout with compactions: %+v", res)
 			}
-			pairs, events := 0, 0
+			steps, comps, events := 0, 0, 0
 			for i, b := range rec.batches {
 				events += len(b)
-				switch {
-				case len(b) == 1:
-				case len(b) == 2 && isKind[runlog.EnvStep](b[0]) &&
-					(tc.joined && isKind[runlog.Compaction](b[1]) || isKind[runlog.CallFinished](b[1]) || isKind[runlog.RolloutSealed](b[1])):
-					pairs++
-				default:
-					t.Fatalf("append %d holds %s", i, kinds(b))
+				last := b[len(b)-1]
+				if !isKind[runlog.CallFinished](last) && !isKind[runlog.RolloutSealed](last) && !(len(b) == 1 && isKind[runlog.AttemptStarted](last)) {
+					t.Fatalf("append %d ends with %T: %s", i, last, kinds(b))
+				}
+				for _, ev := range b[:len(b)-1] {
+					switch ev.(type) {
+					case runlog.EnvStep:
+						steps++
+					case runlog.Compaction:
+						comps++
+					default:
+						t.Fatalf("append %d holds %s", i, kinds(b))
+					}
 				}
 			}
-			if pairs != res.Turns {
-				t.Fatalf("%d joined appends, want one per step (%d)", pairs, res.Turns)
+			if steps != res.Turns || comps != res.Compactions {
+				t.Fatalf("%d steps and %d compactions held into a later record, want %d and %d", steps, comps, res.Turns, res.Compactions)
 			}
 			if taken != res.Turns || rec.steps() != taken {
 				t.Fatalf("%d steps taken, %d recorded, %d turns", taken, rec.steps(), res.Turns)
@@ -169,10 +176,10 @@ func TestHeldStepJoinsTheNextAppend(t *testing.T) {
 }
 
 // TestHeldStepLoggedWhenCancelled: an attempt cancelled while an
-// environment step runs still logs that step (it was taken), whatever the
-// loop does next: a compaction declared or the next model call (the joint
-// append is refused and the step goes alone). Nothing after it is logged,
-// and Run returns the context's error.
+// environment step runs still logs that step (it was taken), and the
+// compaction declared after it if one was, whatever the loop does next: the
+// next call's joint append is refused and the held events go alone. Nothing
+// after them is logged, and Run returns the context's error.
 func TestHeldStepLoggedWhenCancelled(t *testing.T) {
 	// The oracle's rollout with recency: find a step followed by a
 	// compaction and one followed by a call.
@@ -185,7 +192,7 @@ func TestHeldStepLoggedWhenCancelled(t *testing.T) {
 		if !isKind[runlog.EnvStep](b[0]) {
 			continue
 		}
-		if len(b) == 2 && isKind[runlog.Compaction](b[1]) && beforeCompaction < 0 {
+		if len(b) == 3 && isKind[runlog.Compaction](b[1]) && beforeCompaction < 0 {
 			beforeCompaction = step
 		} else if len(b) == 2 && isKind[runlog.CallFinished](b[1]) && beforeCall < 0 {
 			beforeCall = step
@@ -195,15 +202,18 @@ func TestHeldStepLoggedWhenCancelled(t *testing.T) {
 	if beforeCompaction < 0 || beforeCall < 0 {
 		t.Fatalf("no step before a compaction (%d) or before a call (%d)", beforeCompaction, beforeCall)
 	}
-	for _, at := range []int{beforeCompaction, beforeCall} {
-		t.Run(fmt.Sprint("step", at), func(t *testing.T) {
+	for _, tc := range []struct {
+		at   int
+		held int // events the cancelled append held: the step, and its compaction
+	}{{beforeCompaction, 2}, {beforeCall, 1}} {
+		t.Run(fmt.Sprint("step", tc.at), func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			rec, taken := &batchRecorder{}, 0
 			s := watchedSpec(t, recency, rec, &taken)
 			s.NewEnv = func(context.Context) (env.Environment, error) {
 				e, err := reg.New("ledger", nil)
-				return watchedEnv{Environment: e, t: t, rec: rec, taken: &taken, cancelAt: at, cancel: cancel}, err
+				return watchedEnv{Environment: e, t: t, rec: rec, taken: &taken, cancelAt: tc.at, cancel: cancel}, err
 			}
 			s.Generator = rollouttest.LedgerOracle("") // the cancelled call must not be checked
 			_, err := rollout.Run(ctx, s, nil)
@@ -211,8 +221,9 @@ func TestHeldStepLoggedWhenCancelled(t *testing.T) {
 				t.Fatalf("Run: %v, want context.Canceled", err)
 			}
 			last := rec.batches[len(rec.batches)-1]
-			if rec.steps() != at+1 || len(last) != 1 || !isKind[runlog.EnvStep](last[0]) {
-				t.Fatalf("after a cancel in step %d: %d steps recorded, last append %s", at, rec.steps(), kinds(last))
+			if rec.steps() != tc.at+1 || len(last) != tc.held || !isKind[runlog.EnvStep](last[0]) ||
+				(tc.held == 2 && !isKind[runlog.Compaction](last[1])) {
+				t.Fatalf("after a cancel in step %d: %d steps recorded, last append %s", tc.at, rec.steps(), kinds(last))
 			}
 		})
 	}
