@@ -229,6 +229,48 @@ func TestHeldStepLoggedWhenCancelled(t *testing.T) {
 	}
 }
 
+// cancellingGen cancels the attempt's context in its call number at,
+// after answering it: the generator was done when the attempt was
+// cancelled, so the loop goes on to record the call.
+type cancellingGen struct {
+	inner  gen.Generator
+	calls  *int
+	at     int
+	cancel context.CancelFunc
+}
+
+func (g cancellingGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+	res, err := g.inner.Generate(ctx, reqs)
+	if *g.calls == g.at {
+		g.cancel() // after the answer: the loop goes on to record it
+	}
+	*g.calls++
+	return res, err
+}
+
+// TestHeldStepLoggedWhenCancelledInCall: an attempt cancelled while the
+// model call after a step runs still logs that step: the call's joint
+// append is refused for the cancel, and the held step is appended alone
+// (record's retry); the call itself is not logged.
+func TestHeldStepLoggedWhenCancelledInCall(t *testing.T) {
+	for _, at := range []int{1, 2, 5} { // calls after the first, second and fifth step
+		t.Run(fmt.Sprint("call", at), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			rec, taken, calls := &batchRecorder{}, 0, 0
+			s := watchedSpec(t, recency, rec, &taken)
+			s.Generator = cancellingGen{inner: rollouttest.LedgerOracle(""), calls: &calls, at: at, cancel: cancel}
+			if _, err := rollout.Run(ctx, s, nil); err == nil {
+				t.Fatal("Run: no error after the cancel")
+			}
+			last := rec.batches[len(rec.batches)-1]
+			if rec.steps() != taken || taken == 0 || count[runlog.CallFinished](last) != 0 || !isKind[runlog.EnvStep](last[0]) {
+				t.Fatalf("cancelled in call %d: %d steps taken, %d recorded, last append %s", at, taken, rec.steps(), kinds(last))
+			}
+		})
+	}
+}
+
 func isKind[T runlog.Event](ev runlog.Event) bool {
 	_, ok := ev.(T)
 	return ok
