@@ -278,10 +278,10 @@ func (l *loop) record(ctx context.Context, ev runlog.Event) error {
 	l.held = append(l.held, ev)
 	err := l.s.Recorder.Record(ctx, l.held...)
 	if err != nil && len(l.held) > 1 && ctx.Err() != nil {
-		// Cancelled before the append: the held steps were taken, so they
-		// are logged on their own, as they were before the hold; ev is not.
+		// Cancelled before the append: the held steps were taken (and a
+		// held compaction decided), so they are logged on their own; ev is not.
 		if herr := l.s.Recorder.Record(context.WithoutCancel(ctx), l.held[:len(l.held)-1]...); herr != nil {
-			l.log.Warn("logging a held environment step", "rollout", l.s.Rollout, "err", herr)
+			l.log.Warn("logging held events", "rollout", l.s.Rollout, "err", herr)
 		}
 	}
 	clear(l.held)
@@ -293,11 +293,11 @@ func (l *loop) record(ctx context.Context, ev runlog.Event) error {
 }
 
 // hold records ev with the loop's next append: for an environment step,
-// which nothing outside the process acts on before the next step. The next
-// step flushes first (envStep), and so does every exit of Run; the model
-// call in between does not (it changes nothing outside the process), so a
-// step goes out in one append with the compaction, the next call's record
-// or the seal that follows it: one fsync per turn instead of two.
+// which nothing outside the process acts on before the next step, and a
+// compaction declared after it (a decision). The next step flushes first
+// (envStep), and so does every exit of Run; the model call in between does
+// not (it changes nothing outside the process), so they go out in one
+// append with the next call's record or the seal: one fsync per turn.
 func (l *loop) hold(ev runlog.Event) { l.held = append(l.held, ev) }
 
 // flush makes the held events durable in one append. They are facts
