@@ -64,6 +64,9 @@ type Options struct {
 	Progress func(Progress)
 	// Now is the clock for timings and the snapshot interval; nil: time.Now.
 	Now func() time.Time
+	// CPU is the process's CPU time so far (user + system, every thread),
+	// for the metrics' gen_cpu_s; nil: getrusage (zero where unsupported).
+	CPU func() time.Duration
 	// Describe, when set, says what the generator is waiting on (e.g. the
 	// servers and their health) for the stall watchdog's message.
 	Describe func() string
@@ -115,8 +118,16 @@ type Controller struct {
 	// stepMetrics is the last trained step's row, for the checkpoint's
 	// metric (checkpointing.metric); owned by the effect loop.
 	stepMetrics metrics.Step
+	// release is the commit channel of the deterministic train effect in
+	// flight (Ready.Commit); owned by the effect loop.
+	release chan bool
+	// lastRow is when the last metrics row was written (or the loop
+	// started): a step's step_s runs from it. Written by train effects,
+	// which run one at a time.
+	lastRow time.Time
 
 	genTime     atomic.Int64 // nanoseconds spent generating since the last step
+	genCPU      atomic.Int64 // the process's CPU nanoseconds over that time
 	lateResults atomic.Int64 // events of fenced attempts, refused by the log
 	regenerated atomic.Int64 // stale members generated again since the last step
 	genTokens   atomic.Int64
@@ -132,6 +143,9 @@ func New(o Options) (*Controller, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.CPU == nil {
+		o.CPU = processCPU
 	}
 	if o.Crash == nil {
 		o.Crash = func(string) {}
@@ -171,6 +185,7 @@ func (c *Controller) view() (st struct {
 // Run runs (or resumes) the run to run.max_steps.
 func (c *Controller) Run(ctx context.Context) error {
 	c.start = c.now()
+	c.lastRow = c.start
 	if !c.view().started {
 		if _, err := c.o.Log.Append(ctx, runlog.RunStarted{ConfigDigest: c.cfg.Digest, Seed: c.cfg.Run.Seed, Mode: c.cfg.Run.Mode}); err != nil {
 			return err

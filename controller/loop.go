@@ -67,6 +67,7 @@ func (c *Controller) loop(ctx context.Context) error {
 	}
 	in := Input{Running: map[runlog.GroupID]bool{}}
 	var genSince time.Time
+	var cpuSince time.Duration
 	// note records that an effect ended: it is no longer in flight.
 	note := func(r ended) {
 		switch r.kind {
@@ -74,11 +75,14 @@ func (c *Controller) loop(ctx context.Context) error {
 			delete(in.Running, r.group)
 			if len(in.Running) == 0 {
 				c.genTime.Add(int64(c.now().Sub(genSince)))
+				c.genCPU.Add(int64(c.o.CPU() - cpuSince))
 				genSince = time.Time{}
 			}
 		case effTrain:
-			in.Training = false
-			c.stepMetrics = r.ms
+			in.Training, in.TrainStep, in.Committing = false, 0, false
+			if r.err == nil {
+				c.stepMetrics = r.ms
+			}
 		case effCheckpoint:
 			in.Training = false
 		case effSnapshot:
@@ -99,14 +103,15 @@ func (c *Controller) loop(ctx context.Context) error {
 		}
 		c.planner.Advance()
 		if len(in.Running) > 0 && genSince.IsZero() {
-			genSince = c.now()
+			genSince, cpuSince = c.now(), c.o.CPU()
 		}
 		if rd.Done {
 			return c.finish(rd)
 		}
-		if len(rd.Append) > 0 {
+		if len(rd.Append) > 0 || rd.Train > 0 {
 			// The appended events may enable more (a spare to admit, the
-			// next round): plan again at once.
+			// next round), and a deterministic train effect may be
+			// committed at once (its rounds already done): plan again.
 			continue
 		}
 		if len(in.Running) == 0 && !in.Training && rd.Empty() {
@@ -138,11 +143,17 @@ func (c *Controller) loop(ctx context.Context) error {
 // effect of this loop runs beside the next one. An effect that fails
 // otherwise while draining stops the run with its own error.
 func (c *Controller) drain(ctx context.Context, err error, done <-chan ended, in *Input, note func(ended)) error {
+	if in.TrainStep > 0 && !in.Committing && c.release != nil {
+		// a computed step waiting for its commit is dropped, as a crash
+		// before StepTrained would drop it: the restore trains it again
+		in.Committing = true
+		c.release <- false
+	}
 	for len(in.Running) > 0 || in.Training || in.Snapshotting {
 		select {
 		case r := <-done:
 			note(r)
-			if r.err != nil && !errors.Is(r.err, train.ErrStateLost) {
+			if r.err != nil && !errors.Is(r.err, train.ErrStateLost) && !errors.Is(r.err, errCommitDropped) {
 				return r.err
 			}
 		case <-ctx.Done():
@@ -196,12 +207,21 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 		spawn(func() ended { return ended{kind: effGroup, group: g.ID, err: c.runGroup(ctx, g, task, pool)} })
 	}
 	if rd.Train > 0 {
-		in.Training = true
+		in.Training, in.TrainStep = true, rd.Train
 		k := rd.Train
+		var release chan bool
+		if !c.cfg.Run.Throughput() {
+			release = make(chan bool, 1)
+		}
+		c.release = release
 		spawn(func() ended {
-			ms, err := c.trainStep(ctx, k)
+			ms, err := c.trainStep(ctx, k, release)
 			return ended{kind: effTrain, step: k, ms: ms, err: err}
 		})
+	}
+	if rd.Commit {
+		in.Committing = true
+		c.release <- true
 	}
 	if rd.Checkpoint {
 		in.Training = true

@@ -24,7 +24,7 @@ import (
 //
 // Commands (one handler each): config KEY=VALUE...; plan step=N (one
 // generation round); ready [now=SECONDS] [served=V] [running=G,G]
-// [training] [snapshotting] (the whole planner: a Ready, performed and
+// [training] [computing=N] [committing=N] [snapshotting] (the whole planner: a Ready, performed and
 // advanced); checkpoint step=N; admit step=N;
 // start; finish-call r=G/M [n=K]; seal r=G/M; fail-call r=G/M
 // class=infra|data [diverged]; drop g=G; retry g=G; commit g=G;

@@ -39,6 +39,14 @@ func (sc *scenario) ready(a map[string]string) string {
 		}
 	}
 	_, in.Training = a["training"]
+	// computing=N: the train effect of step N is in flight, its commit not
+	// yet released; committing=N: released
+	for key, commit := range map[string]bool{"computing": false, "committing": true} {
+		if v := a[key]; v != "" {
+			in.TrainStep, _ = strconv.ParseInt(v, 10, 64)
+			in.Training, in.Committing = true, commit
+		}
+	}
 	_, in.Snapshotting = a["snapshotting"]
 	rd, err := sc.pl.Take(sc.st, sc.cc, sc.order, in)
 	if err != nil {
@@ -52,6 +60,9 @@ func (sc *scenario) ready(a map[string]string) string {
 	}
 	if rd.Train > 0 {
 		fmt.Fprintf(&b, "train step %d\n", rd.Train)
+	}
+	if rd.Commit {
+		fmt.Fprintf(&b, "commit step %d\n", in.TrainStep)
 	}
 	if rd.Checkpoint {
 		fmt.Fprintf(&b, "checkpoint step %d\n", rd.CheckpointStep)

@@ -16,12 +16,17 @@ import (
 	"github.com/longhaul-rl/longhaul/train"
 )
 
+// errCommitDropped: the train effect's commit was withheld (the loop is
+// draining for a trainer restart); nothing of the step was logged.
+var errCommitDropped = errors.New("controller: trained step not committed")
+
 // trainStep is the effect that trains step k: it reads the step's groups
 // and their members' events, picks the batch (stepBatch), trains it,
 // appends StepTrained, publishes version k and writes the step's metrics
-// row, which it returns (the checkpoint's metric).
-func (c *Controller) trainStep(ctx context.Context, k int64) (metrics.Step, error) {
-	t0 := c.now()
+// row, which it returns (the checkpoint's metric). With a release channel
+// (deterministic mode) it waits between training and StepTrained until
+// the loop releases the commit (Ready.Commit), or withholds it (false).
+func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan bool) (metrics.Step, error) {
 	all, _ := c.groupsFor(k)
 	events := make(map[runlog.RolloutID][]runlog.Event, len(all)*c.cfg.GRPO.NumGenerationsPerPrompt)
 	for _, g := range all {
@@ -55,6 +60,16 @@ func (c *Controller) trainStep(ctx context.Context, k int64) (metrics.Step, erro
 	if stats.Version != k {
 		return metrics.Step{}, fmt.Errorf("controller: step %d: trainer published version %d (trainer and run log disagree): %w", k, stats.Version, train.ErrStateLost)
 	}
+	if release != nil {
+		select {
+		case ok := <-release:
+			if !ok {
+				return metrics.Step{}, errCommitDropped
+			}
+		case <-ctx.Done():
+			return metrics.Step{}, context.Cause(ctx)
+		}
+	}
 	if _, err := c.o.Log.Append(ctx, runlog.StepTrained{Step: k, Groups: sp.ids, Version: stats.Version}); err != nil {
 		return metrics.Step{}, err
 	}
@@ -85,8 +100,11 @@ func (c *Controller) trainStep(ctx context.Context, k int64) (metrics.Step, erro
 	ms.StalenessMean, ms.StalenessMax = sp.staleMean, sp.staleMax
 	genDur := time.Duration(c.genTime.Swap(0))
 	ms.GenSeconds = genDur.Seconds()
+	ms.GenCPUSeconds = time.Duration(c.genCPU.Swap(0)).Seconds()
 	ms.TrainSeconds = trainDur.Seconds()
-	ms.StepSeconds = c.now().Sub(t0).Seconds() + ms.GenSeconds
+	now := c.now()
+	ms.StepSeconds = now.Sub(c.lastRow).Seconds()
+	c.lastRow = now
 	ms.ElapsedSeconds = c.now().Sub(c.start).Seconds()
 	if genDur > 0 {
 		ms.GenTokensPerSecond = float64(c.genTokens.Swap(0)) / genDur.Seconds()

@@ -41,6 +41,7 @@ type Step struct {
 	FreshTokensMean     float64 `json:"fresh_tokens_mean"`
 	DroppedTokensMean   float64 `json:"dropped_tokens_mean"`
 	GenSeconds          float64 `json:"gen_s"`
+	GenCPUSeconds       float64 `json:"gen_cpu_s"` // the process's CPU time (all threads) while generating: gen_cpu_s / gen_s is the cores the phase kept busy
 	TrainSeconds        float64 `json:"train_s"`
 	StepSeconds         float64 `json:"step_s"`
 	ElapsedSeconds      float64 `json:"elapsed_s"`
