@@ -302,16 +302,23 @@ func copyKV(dst, src []layerKV, n int, c Config) {
 
 // transposeKeys fills kt from k for positions [p0, p1).
 func transposeKeys(kv []layerKV, p0, p1 int, c Config) {
+	eachKeyRow(kv, p0, p1, c, func(row, kt []float32, pos int) {
+		for p, v := range row {
+			kt[ktAt(len(row), pos, p)] = v
+		}
+	})
+}
+
+// eachKeyRow calls f with the key row of every layer and head at each
+// position of [p0, p1), and the head's blocked transposed keys.
+func eachKeyRow(kv []layerKV, p0, p1 int, c Config, f func(row, kt []float32, pos int)) {
 	T, hs := c.Context, c.HeadDim()
 	tl := ktLen(T)
 	for l := range kv {
 		for h := range c.Heads {
 			kt := kv[l].kt[h*hs*tl : (h+1)*hs*tl]
 			for pos := p0; pos < p1; pos++ {
-				row := kv[l].k[(h*T+pos)*hs : (h*T+pos+1)*hs]
-				for p, v := range row {
-					kt[ktAt(hs, pos, p)] = v
-				}
+				f(kv[l].k[(h*T+pos)*hs:(h*T+pos+1)*hs], kt, pos)
 			}
 		}
 	}

@@ -190,17 +190,9 @@ func (p *kvPool) remove(i int) []layerKV {
 // untransposeKeys fills the key rows of positions [p0, p1) from the
 // transposed keys (transposeKeys' inverse).
 func untransposeKeys(kv []layerKV, p0, p1 int, c Config) {
-	T, hs := c.Context, c.HeadDim()
-	tl := ktLen(T)
-	for l := range kv {
-		for h := range c.Heads {
-			kt := kv[l].kt[h*hs*tl : (h+1)*hs*tl]
-			for pos := p0; pos < p1; pos++ {
-				row := kv[l].k[(h*T+pos)*hs : (h*T+pos+1)*hs]
-				for p := range row {
-					row[p] = kt[ktAt(hs, pos, p)]
-				}
-			}
+	eachKeyRow(kv, p0, p1, c, func(row, kt []float32, pos int) {
+		for p := range row {
+			row[p] = kt[ktAt(len(row), pos, p)]
 		}
-	}
+	})
 }

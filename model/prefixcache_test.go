@@ -35,6 +35,23 @@ func sameResults(t *testing.T, what string, got, want []SampleResult) {
 	}
 }
 
+// generateBoth runs reqs on m and on uncached(m), requires the same
+// results, and returns m's.
+func generateBoth(t *testing.T, what string, m *Model, reqs []SampleRequest) []SampleResult {
+	t.Helper()
+	ctx := context.Background()
+	res, err := m.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := uncached(m).Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameResults(t, what, res, want)
+	return res
+}
+
 // fedSeq is the sequence a call leaves in its cache: the prompt and every
 // sampled token but the last (which decode never fed).
 func fedSeq(prompt []int32, r SampleResult) []int32 {
@@ -100,7 +117,6 @@ func TestPrefixCacheMultiTurn(t *testing.T) {
 				stop[i] = int32(200 + i)
 			}
 			var history [][]int32
-			ctx := context.Background()
 			saved, total := 0, 0
 			for turn := range turns {
 				reqs := make([]SampleRequest, nRoll)
@@ -109,15 +125,7 @@ func TestPrefixCacheMultiTurn(t *testing.T) {
 				}
 				reqs[2].Temperature = 0
 				reqs[3].TopK = 12
-				res, err := m.Generate(ctx, reqs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := uncached(m).Generate(ctx, reqs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				sameResults(t, fmt.Sprintf("turn %d", turn), res, want)
+				res := generateBoth(t, fmt.Sprintf("turn %d", turn), m, reqs)
 				if w := wantPrefill(reqs, history); m.prefilled != w {
 					t.Fatalf("turn %d: prefilled %d prompt tokens, want %d", turn, m.prefilled, w)
 				}
@@ -157,7 +165,6 @@ func TestPrefixCacheFollowsWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	r := rand.New(rand.NewPCG(9, 9))
 	prompts := make([][]int32, 4)
 	for i := range prompts {
@@ -169,15 +176,7 @@ func TestPrefixCacheFollowsWeights(t *testing.T) {
 		for i := range reqs {
 			reqs[i] = SampleRequest{Prompt: prompts[i], MaxTokens: 5, Temperature: 1, Seed: uint64(i)}
 		}
-		res, err := m.Generate(ctx, reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := uncached(m).Generate(ctx, reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameResults(t, what, res, want)
+		res := generateBoth(t, what, m, reqs)
 		if got := m.fromCache > 0; got != wantCached {
 			t.Fatalf("%s: %d positions from the prefix cache, want some: %v", what, m.fromCache, wantCached)
 		}
@@ -209,7 +208,6 @@ func TestPrefixCacheBudget(t *testing.T) {
 	m := testModel(t, smallConfig(PosRope), 5, 5)
 	size := kvBytes(m.cfg)
 	m.SetPrefixCache(3 * size)
-	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 3))
 	prompts := make([][]int32, 5)
 	for i := range prompts {
@@ -223,15 +221,7 @@ func TestPrefixCacheBudget(t *testing.T) {
 		for _, i := range idx {
 			reqs = append(reqs, SampleRequest{Prompt: prompts[i], MaxTokens: 4, Temperature: 1, Seed: uint64(100*calls + i)})
 		}
-		res, err := m.Generate(ctx, reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := uncached(m).Generate(ctx, reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameResults(t, what, res, want)
+		res := generateBoth(t, what, m, reqs)
 		p := m.kv
 		var sum int64
 		for _, e := range p.entries {
