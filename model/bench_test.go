@@ -115,6 +115,9 @@ func BenchmarkGenerateTurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// every iteration sends the same prompts: without this the prefix
+	// cache would serve them from the first (BenchmarkMultiTurn measures it)
+	m.SetPrefixCache(0)
 	r := rand.New(rand.NewPCG(2, 2))
 	root := make([]int32, 40)
 	for i := range root {

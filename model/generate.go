@@ -85,8 +85,10 @@ func (m *Model) decodeWS(shard, B int) *decodeWS {
 // Generate samples a completion for each request, in order. Requests whose
 // prompts share a prefix (the G members of a group) compute it once: each
 // prompt's keys/values are copied from the earlier request sharing the
-// longest prefix, and only the rest is prefilled. Sampling is batched over
-// nShards shards of the requests. Not safe for concurrent use.
+// longest prefix, and only the rest is prefilled. Across calls, the prefix
+// cache (prefixcache.go) does the same with the sequences earlier calls of
+// the same weights computed. Sampling is batched over nShards shards of the
+// requests. Not safe for concurrent use.
 func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleResult, error) {
 	c := m.cfg
 	for i := range reqs {
@@ -108,12 +110,13 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 	res := make([]SampleResult, len(reqs))
 	seqs := make([]*genSeq, len(reqs))
 	for i := range reqs {
-		seqs[i] = &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed)),
-			kv: m.kv.get(c)}
+		seqs[i] = &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed))}
 	}
+	key := m.prefixKey()
+	kept := false
 	defer func() {
-		for _, s := range seqs {
-			m.kv.put(s.kv)
+		if !kept {
+			m.kv.putAll(seqs)
 		}
 	}()
 
@@ -142,6 +145,9 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 			parent[i] = -1
 		}
 	}
+	// the prefix cache: a request covered at least as far by a sequence an
+	// earlier call computed starts from it instead (a root)
+	m.fromCache = m.kv.seed(key, seqs, parent, shared, c)
 	// Prefill runs level by level of the prefix trees (roots, then the
 	// requests whose parent is a root, ...), each level's requests spread
 	// over the shards by prefill tokens, longest first: a lone group's
@@ -237,11 +243,14 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 			return nil, fmt.Errorf("model: generate: %w", err)
 		}
 	}
+	m.kv.keep(key, seqs, c)
+	kept = true
 	return res, nil
 }
 
 // prefill computes request i's prompt past the shared positions it copies
-// from its parent, leaving its next-token logits in seqs[i].
+// from its parent (or, parent −1, already holds from the prefix cache),
+// leaving its next-token logits in seqs[i].
 func (m *Model) prefill(ctx context.Context, ws *workspace, seqs []*genSeq, i, parent, shared int) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -293,16 +302,23 @@ func copyKV(dst, src []layerKV, n int, c Config) {
 
 // transposeKeys fills kt from k for positions [p0, p1).
 func transposeKeys(kv []layerKV, p0, p1 int, c Config) {
+	eachKeyRow(kv, p0, p1, c, func(row, kt []float32, pos int) {
+		for p, v := range row {
+			kt[ktAt(len(row), pos, p)] = v
+		}
+	})
+}
+
+// eachKeyRow calls f with the key row of every layer and head at each
+// position of [p0, p1), and the head's blocked transposed keys.
+func eachKeyRow(kv []layerKV, p0, p1 int, c Config, f func(row, kt []float32, pos int)) {
 	T, hs := c.Context, c.HeadDim()
 	tl := ktLen(T)
 	for l := range kv {
 		for h := range c.Heads {
 			kt := kv[l].kt[h*hs*tl : (h+1)*hs*tl]
 			for pos := p0; pos < p1; pos++ {
-				row := kv[l].k[(h*T+pos)*hs : (h*T+pos+1)*hs]
-				for p, v := range row {
-					kt[ktAt(hs, pos, p)] = v
-				}
+				f(kv[l].k[(h*T+pos)*hs:(h*T+pos+1)*hs], kt, pos)
 			}
 		}
 	}

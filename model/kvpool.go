@@ -6,30 +6,56 @@ import "sync"
 // share one: the RL loop publishes every new version as a fresh Clone, and
 // with a pool per model each version's first call allocated and zeroed a
 // cache per request again (64 × 0.4 MB for the default run, on the serial
-// path of generation, plus the garbage). A cache's contents never carry
-// over: every position is written before it is read.
+// path of generation, plus the garbage). A spare cache's contents never
+// carry over: every position is written before it is read. The pool also
+// holds the prefix cache (prefixcache.go): caches kept whole, with the
+// sequence they hold, for later calls of the same weights.
 type kvPool struct {
 	mu   sync.Mutex
 	free [][]layerKV
+
+	entries []*prefixEntry // the prefix cache, at most budget bytes of caches
+	budget  int64          // bytes; 0 turns the prefix cache off
+	bytes   int64          // held by entries
+	clock   uint64         // LRU time: bumped by every use and insert
+	keys    uint64         // the last weights key handed out (newKey)
 }
 
-// get returns a cache for c from the pool, or a new one.
-func (p *kvPool) get(c Config) []layerKV {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func newKVPool() *kvPool { return &kvPool{budget: defaultPrefixBudget} }
+
+// get returns a cache for c: a spare one, else the least recently used
+// prefix entry of other weights than key (a stale version's or another
+// clone's; taking it saves allocating and zeroing a cache while the
+// entries of a version nobody generates with any more sit idle), else a
+// new one. The caller holds p.mu.
+func (p *kvPool) get(c Config, key uint64) []layerKV {
 	if n := len(p.free); n > 0 {
 		kv := p.free[n-1]
 		p.free = p.free[:n-1]
 		return kv
 	}
+	if i := p.lru(func(e *prefixEntry) bool { return e.key != key }); i >= 0 {
+		return p.remove(i)
+	}
 	return newKV(c, true)
 }
 
-// put keeps a cache for later calls, up to maxPooledKV.
+// put keeps a cache for later calls, up to maxPooledKV. The caller holds
+// p.mu.
 func (p *kvPool) put(kv []layerKV) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if len(p.free) < maxPooledKV {
 		p.free = append(p.free, kv)
+	}
+}
+
+// putAll returns caches to the pool.
+func (p *kvPool) putAll(seqs []*genSeq) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range seqs {
+		if s.kv != nil {
+			p.put(s.kv)
+			s.kv = nil
+		}
 	}
 }

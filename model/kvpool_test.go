@@ -4,14 +4,16 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
 // TestClonesShareKVCaches: a Clone generates from the KV caches its
-// original's earlier call left in the pool (no new cache), the reused
-// caches (holding another call's keys and values) give the same tokens and
-// logprobs bit for bit as fresh ones, and a model and its clone may
-// generate at the same time (the shared pool is locked; -race checks it).
+// original's earlier call left in the pool, spare or in the prefix cache
+// (no new cache), the reused caches (holding another call's keys and
+// values) give the same tokens and logprobs bit for bit as fresh ones, and
+// a model and its clone may generate at the same time (the shared pool is
+// locked; -race checks it).
 func TestClonesShareKVCaches(t *testing.T) {
 	m := testModel(t, smallConfig(PosRope), 3, 5)
 	reqs := groupRequests(rand.New(rand.NewPCG(5, 6)), m.cfg.Vocab, 3)
@@ -20,8 +22,17 @@ func TestClonesShareKVCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// the pool's caches: the spares and the prefix cache's entries (which
+	// a clone, having other weights, takes when no spare is left)
+	held := func(p *kvPool) [][]layerKV {
+		all := slices.Clone(p.free)
+		for _, e := range p.entries {
+			all = append(all, e.kv)
+		}
+		return all
+	}
 	pooled := map[*float32]bool{}
-	for _, kv := range m.kv.free {
+	for _, kv := range held(m.kv) {
 		pooled[&kv[0].k[0]] = true
 	}
 	if len(pooled) != len(reqs) {
@@ -34,7 +45,7 @@ func TestClonesShareKVCaches(t *testing.T) {
 	if _, err := c.Generate(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	for _, kv := range c.kv.free {
+	for _, kv := range held(c.kv) {
 		if !pooled[&kv[0].k[0]] {
 			t.Fatal("the clone allocated a KV cache instead of reusing the pooled ones")
 		}

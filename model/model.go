@@ -38,6 +38,8 @@ type Model struct {
 
 	prefilled     int          // prompt tokens the last Generate computed (the rest were shared)
 	prefillShards [nShards]int // of those, the tokens each shard computed
+	fromCache     int          // prompt positions the last Generate took from the prefix cache
+	pkey, pkeyVer uint64       // the prefix cache's key for these weights, and the wver it was made at
 }
 
 // New builds a model with weights initialised deterministically from seed:
@@ -74,7 +76,7 @@ func newEmpty(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: cfg, specs: layout(cfg), kv: &kvPool{}}
+	m := &Model{cfg: cfg, specs: layout(cfg), kv: newKVPool()}
 	m.w = make([]float32, numParams(m.specs))
 	m.p = bind(m.w, cfg, m.specs)
 	if cfg.Positions == PosRope {
@@ -506,7 +508,8 @@ func (m *Model) Logits(toks []int32) ([]float32, error) {
 // Clone returns an independent model with a copy of m's weights (and fresh
 // workspaces): e.g. a generation snapshot of version k while a trainer
 // steps m to k+1 on another goroutine. The clone shares m's pool of spare
-// KV caches (scratch memory, safe for concurrent use).
+// KV caches and the prefix cache's budget (safe for concurrent use), not
+// its entries: its weights get their own key.
 func (m *Model) Clone() *Model {
 	c, err := newEmpty(m.cfg)
 	if err != nil {
