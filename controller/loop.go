@@ -210,7 +210,7 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 		in.Training, in.TrainStep = true, rd.Train
 		k := rd.Train
 		var release chan bool
-		if !c.cfg.Run.Throughput() {
+		if !c.cfg.Run.Throughput() && c.cfg.Run.Overlap {
 			release = make(chan bool, 1)
 		}
 		c.release = release

@@ -46,7 +46,7 @@ func (g *stepGate) TrainStep(ctx context.Context, b train.Batch) (train.StepStat
 // a premature publish of version s-1 time to land before it answers.
 func TestTrainingOverlapsGeneration(t *testing.T) {
 	const steps, perStep = 4, 2
-	cfg := testConfig(t, "run.max_lag=1", "run.max_steps=4", "data.num_prompts=12")
+	cfg := testConfig(t, "run.max_lag=1", "run.overlap=on", "run.max_steps=4", "data.num_prompts=12")
 	h := newHarness(t, cfg)
 	gate := &stepGate{fakeTrainer: h.tr, trained: map[int64]chan struct{}{}}
 	stepOf := map[runlog.GroupID]int64{}

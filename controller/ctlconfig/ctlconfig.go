@@ -56,6 +56,9 @@ type Run struct {
 	MaxEpochs int
 	MaxLag    int
 	LogEvery  int
+	// Overlap: in deterministic mode, train step k beside the rounds of
+	// k+1..k+lag and commit it after them (run.overlap resolved).
+	Overlap bool
 }
 
 // Throughput reports whether run.mode is throughput.

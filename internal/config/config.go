@@ -39,6 +39,7 @@ type Run struct {
 	MaxSteps  int    `yaml:"max_steps" doc:"optimizer steps to run"`
 	MaxEpochs int    `yaml:"max_epochs" doc:"passes over the dataset before the run ends (whichever of max_steps and max_epochs comes first); a step is trained only when all its prompts fit; 0 = no limit"`
 	MaxLag    int    `yaml:"max_lag" doc:"how many versions a group's generating policy may trail the trained one"`
+	Overlap   string `yaml:"overlap" enum:"auto|on|off" digest:"-" doc:"deterministic mode: train step k beside the rounds of k+1..k+max_lag, committing it after them (same log and weights, sooner when trainer and generator do not share CPUs; not part of the config digest); auto: on when trainer.kind is remote or generator.kind is openai"`
 	LogEvery  int    `yaml:"log_every" doc:"print metrics every N steps"`
 }
 
@@ -200,7 +201,7 @@ type Trainer struct {
 // the same values (a test keeps them equal).
 func Default() *Config {
 	return &Config{
-		Run:  Run{Seed: 1, Mode: "deterministic", MaxSteps: 200, MaxLag: 1, LogEvery: 10},
+		Run:  Run{Seed: 1, Mode: "deterministic", MaxSteps: 200, MaxLag: 1, Overlap: "auto", LogEvery: 10},
 		Data: Data{Source: "builtin", NumPrompts: 4096, Shuffle: true},
 		Env:  Env{Kind: "builtin", Name: "ledger", TimeoutS: 30, Command: []string{}, Params: map[string]any{}},
 		Model: Model{Layers: 2, Dim: 128, Heads: 4, Hidden: 352, Context: 128,

@@ -67,7 +67,7 @@ func (c *Config) Controller() (ctlconfig.Config, error) {
 	}
 	return ctlconfig.Config{
 		Run: ctlconfig.Run{Seed: c.Run.Seed, Mode: c.Run.Mode, MaxSteps: c.Run.MaxSteps, MaxEpochs: c.Run.MaxEpochs,
-			MaxLag: c.Run.MaxLag, LogEvery: c.Run.LogEvery},
+			MaxLag: c.Run.MaxLag, LogEvery: c.Run.LogEvery, Overlap: c.overlap()},
 		Shuffle: c.Data.Shuffle,
 		GRPO: ctlconfig.GRPO{NumPromptsPerStep: c.GRPO.NumPromptsPerStep, NumGenerationsPerPrompt: c.GRPO.NumGenerationsPerPrompt,
 			MicrobatchTokens: c.GRPO.MicrobatchTokens},
@@ -94,4 +94,18 @@ func (c *Config) Controller() (ctlconfig.Config, error) {
 		TemplateKwargs: c.Tokenizer.TemplateKwargs,
 		Digest:         Digest(c),
 	}, nil
+}
+
+// overlap resolves run.overlap: auto overlaps training and generation
+// when they run in different processes (a remote trainer, OpenAI-compatible
+// servers); the embedded pair shares the same cores, where the overlap
+// measured more CPU than the idle time it fills (docs/architecture.md).
+func (c *Config) overlap() bool {
+	switch c.Run.Overlap {
+	case "on":
+		return true
+	case "auto":
+		return c.Trainer.Kind == "remote" || c.Generator.Kind == "openai"
+	}
+	return false
 }

@@ -81,3 +81,30 @@ func TestControllerConfig(t *testing.T) {
 		t.Errorf("rollout_checkpointing.enabled=false maps to a snapshot interval of %gs", cc.SnapshotIntervalS)
 	}
 }
+
+// TestOverlapResolves: run.overlap auto overlaps only when trainer and
+// generator run in other processes; on and off are what they say.
+func TestOverlapResolves(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"run.overlap=on"}, true},
+		{[]string{"trainer.kind=remote", "trainer.url=http://127.0.0.1:1"}, true},
+		{[]string{"trainer.kind=remote", "trainer.url=http://127.0.0.1:1", "run.overlap=off"}, false},
+		{[]string{"generator.kind=openai", "generator.urls=[http://127.0.0.1:1]"}, true},
+	} {
+		c := Default()
+		if err := c.ApplyOverrides(tc.set); err != nil {
+			t.Fatal(err)
+		}
+		cc, err := c.Controller()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cc.Run.Overlap != tc.want {
+			t.Errorf("%v: overlap %v, want %v", tc.set, cc.Run.Overlap, tc.want)
+		}
+	}
+}
