@@ -120,7 +120,7 @@ type Controller struct {
 	stepMetrics metrics.Step
 	// release is the commit channel of the deterministic train effect in
 	// flight (Ready.Commit); owned by the effect loop.
-	release chan bool
+	release chan struct{}
 	// lastRow is when the last metrics row was written (or the loop
 	// started): a step's step_s runs from it. Written by train effects,
 	// which run one at a time.

@@ -80,9 +80,7 @@ func (c *Controller) loop(ctx context.Context) error {
 			}
 		case effTrain:
 			in.Training, in.TrainStep, in.Committing = false, 0, false
-			if r.err == nil {
-				c.stepMetrics = r.ms
-			}
+			c.stepMetrics = r.ms
 		case effCheckpoint:
 			in.Training = false
 		case effSnapshot:
@@ -143,17 +141,14 @@ func (c *Controller) loop(ctx context.Context) error {
 // effect of this loop runs beside the next one. An effect that fails
 // otherwise while draining stops the run with its own error.
 func (c *Controller) drain(ctx context.Context, err error, done <-chan ended, in *Input, note func(ended)) error {
-	if in.TrainStep > 0 && !in.Committing && c.release != nil {
-		// a computed step waiting for its commit is dropped, as a crash
-		// before StepTrained would drop it: the restore trains it again
-		in.Committing = true
-		c.release <- false
-	}
+	// A train effect waiting for its commit (run.overlap) never meets a
+	// drain: only trainer calls lose the trainer's state, and the effects
+	// that may run beside it (generation, snapshots) make none.
 	for len(in.Running) > 0 || in.Training || in.Snapshotting {
 		select {
 		case r := <-done:
 			note(r)
-			if r.err != nil && !errors.Is(r.err, train.ErrStateLost) && !errors.Is(r.err, errCommitDropped) {
+			if r.err != nil && !errors.Is(r.err, train.ErrStateLost) {
 				return r.err
 			}
 		case <-ctx.Done():
@@ -209,9 +204,9 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 	if rd.Train > 0 {
 		in.Training, in.TrainStep = true, rd.Train
 		k := rd.Train
-		var release chan bool
+		var release chan struct{}
 		if !c.cfg.Run.Throughput() && c.cfg.Run.Overlap {
-			release = make(chan bool, 1)
+			release = make(chan struct{})
 		}
 		c.release = release
 		spawn(func() ended {
@@ -221,7 +216,7 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 	}
 	if rd.Commit {
 		in.Committing = true
-		c.release <- true
+		close(c.release)
 	}
 	if rd.Checkpoint {
 		in.Training = true

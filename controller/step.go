@@ -16,17 +16,13 @@ import (
 	"github.com/longhaul-rl/longhaul/train"
 )
 
-// errCommitDropped: the train effect's commit was withheld (the loop is
-// draining for a trainer restart); nothing of the step was logged.
-var errCommitDropped = errors.New("controller: trained step not committed")
-
 // trainStep is the effect that trains step k: it reads the step's groups
 // and their members' events, picks the batch (stepBatch), trains it,
 // appends StepTrained, publishes version k and writes the step's metrics
 // row, which it returns (the checkpoint's metric). With a release channel
-// (deterministic mode) it waits between training and StepTrained until
-// the loop releases the commit (Ready.Commit), or withholds it (false).
-func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan bool) (metrics.Step, error) {
+// (run.overlap) it waits between training and StepTrained until the loop
+// closes it (Ready.Commit).
+func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan struct{}) (metrics.Step, error) {
 	all, _ := c.groupsFor(k)
 	events := make(map[runlog.RolloutID][]runlog.Event, len(all)*c.cfg.GRPO.NumGenerationsPerPrompt)
 	for _, g := range all {
@@ -62,10 +58,7 @@ func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan bool
 	}
 	if release != nil {
 		select {
-		case ok := <-release:
-			if !ok {
-				return metrics.Step{}, errCommitDropped
-			}
+		case <-release:
 		case <-ctx.Done():
 			return metrics.Step{}, context.Cause(ctx)
 		}
