@@ -26,6 +26,13 @@ type Batcher struct {
 // call). A quiet gap this long ends the gathering.
 const burstGap = 300 * time.Microsecond
 
+// laneBurstGap is the quiet gap before a generator with lanes: a batch
+// only gathers this way while a lane is idle (while every lane is busy it
+// keeps gathering anyway), so there waiting costs a core. 30 µs still
+// takes in the returns of one burst; BenchmarkBatchedTurns (gen/embedded)
+// ran 0.8–0.9× the wall time per step of the 300 µs gap.
+const laneBurstGap = 30 * time.Microsecond
+
 type pending struct {
 	ctx  context.Context
 	reqs []Request
@@ -36,10 +43,15 @@ type pending struct {
 
 // NewBatcher starts a batcher over inner that sends at most max requests per
 // call, waiting up to window after the first request for others to join,
-// but no longer than a short quiet gap (burstGap, at most window) after the
-// latest one. It runs until ctx ends.
+// but no longer than a short quiet gap (burstGap, or laneBurstGap where
+// inner has lanes; at most window) after the latest one. It runs until ctx
+// ends.
 func NewBatcher(ctx context.Context, inner Generator, max int, window time.Duration) *Batcher {
-	return newBatcher(ctx, inner, max, window, min(burstGap, window))
+	gap := burstGap
+	if l, ok := inner.(Laned); ok && l.Lanes() > 1 {
+		gap = laneBurstGap
+	}
+	return newBatcher(ctx, inner, max, window, min(gap, window))
 }
 
 func newBatcher(ctx context.Context, inner Generator, max int, window, gap time.Duration) *Batcher {
@@ -49,6 +61,15 @@ func newBatcher(ctx context.Context, inner Generator, max int, window, gap time.
 	b := &Batcher{inner: inner, max: max, window: window, gap: gap, queue: make(chan *pending, 4096)}
 	go b.loop(ctx)
 	return b
+}
+
+// Laned is a Generator that can run several calls at once, one per lane
+// (the embedded model: one per core), each answering its requests as
+// Generate would.
+type Laned interface {
+	Generator
+	Lanes() int
+	GenerateOn(ctx context.Context, lane int, reqs []Request) ([]Result, error)
 }
 
 // Queued is the number of Generate calls waiting to be batched (the
@@ -73,7 +94,12 @@ func (b *Batcher) Generate(ctx context.Context, reqs []Request) ([]Result, error
 }
 
 func (b *Batcher) loop(ctx context.Context) {
-	var timer *time.Timer
+	if l, ok := b.inner.(Laned); ok && l.Lanes() > 1 {
+		b.laneLoop(ctx, l)
+		return
+	}
+	g := b.newGatherer()
+	defer g.timer.Stop()
 	for {
 		var first *pending
 		select {
@@ -82,35 +108,157 @@ func (b *Batcher) loop(ctx context.Context) {
 			b.drain(ctx.Err())
 			return
 		}
-		batch := []*pending{first}
-		n := len(first.reqs)
-		end := time.Now().Add(b.window)
-		wait := func() time.Duration { return max(0, min(time.Until(end), b.gap)) }
-		if timer == nil {
-			timer = time.NewTimer(wait())
-		} else {
-			timer.Reset(wait())
-		}
-	gather:
-		for n < b.max {
-			select {
-			case p := <-b.queue:
-				batch = append(batch, p)
-				n += len(p.reqs)
-				timer.Reset(wait()) // (Go ≥ 1.23 timers: no stale fire survives Reset or Stop)
-			case <-timer.C:
-				break gather
-			case <-ctx.Done():
-				break gather
-			}
-		}
-		timer.Stop()
-		b.run(ctx, batch, n)
+		batch, n := g.gather(ctx, first)
+		b.run(ctx, batch, n, nil, 0)
 	}
 }
 
-func (b *Batcher) run(ctx context.Context, batch []*pending, n int) {
-	live := batch[:0]
+// gatherer collects a batch after its first request: until max requests,
+// the window after the first, or a quiet gap after the latest.
+type gatherer struct {
+	b     *Batcher
+	timer *time.Timer
+}
+
+func (b *Batcher) newGatherer() *gatherer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &gatherer{b: b, timer: t}
+}
+
+func (g *gatherer) gather(ctx context.Context, first *pending) ([]*pending, int) {
+	b := g.b
+	batch := []*pending{first}
+	n := len(first.reqs)
+	end := time.Now().Add(b.window)
+	wait := func() time.Duration { return max(0, min(time.Until(end), b.gap)) }
+	g.timer.Reset(wait())
+	defer g.timer.Stop()
+	for n < b.max {
+		select {
+		case p := <-b.queue:
+			batch = append(batch, p)
+			n += len(p.reqs)
+			g.timer.Reset(wait()) // (Go ≥ 1.23 timers: no stale fire survives Reset or Stop)
+		case <-g.timer.C:
+			return batch, n
+		case <-ctx.Done():
+			return batch, n
+		}
+	}
+	return batch, n
+}
+
+// laneLoop drives a generator with several lanes. A gathered batch goes to
+// every idle lane, split by whole units into parts of about equal rows; a
+// lane whose call ends takes the next batch at once instead of waiting for
+// the other lanes' slowest rows, and while every lane is busy the batch
+// keeps gathering. A lone unit of several requests that finds every lane
+// idle (a group's first call) runs as one whole-model call over all of
+// them; a lone request would decode on one core either way, and as a lane
+// call it leaves the other lane free for the next arrival.
+func (b *Batcher) laneLoop(ctx context.Context, l Laned) {
+	lanes := l.Lanes()
+	free := make(chan int, lanes)
+	for i := range lanes {
+		free <- i
+	}
+	g := b.newGatherer()
+	for {
+		var first *pending
+		select {
+		case first = <-b.queue:
+		case <-ctx.Done():
+			b.drain(ctx.Err())
+			return
+		}
+		batch, n := g.gather(ctx, first)
+		var got []int
+		for len(got) == 0 {
+			var more chan *pending
+			if n < b.max {
+				more = b.queue
+			}
+			select {
+			case i := <-free:
+				got = append(got, i)
+			case p := <-more:
+				batch = append(batch, p)
+				n += len(p.reqs)
+			case <-ctx.Done():
+				b.fail(batch, ctx.Err())
+				b.drain(ctx.Err())
+				return
+			}
+		}
+		for idle := true; idle; {
+			select {
+			case i := <-free:
+				got = append(got, i)
+			default:
+				idle = false
+			}
+		}
+		if len(batch) == 1 && n > 1 && len(got) == lanes {
+			go func() {
+				b.run(ctx, batch, n, nil, 0)
+				for _, i := range got {
+					free <- i
+				}
+			}()
+			continue
+		}
+		parts := splitUnits(batch, n, min(len(got), len(batch)))
+		for k, pt := range parts {
+			go func(lane int) {
+				b.run(ctx, pt.batch, pt.n, l, lane)
+				free <- lane
+			}(got[k])
+		}
+		for _, i := range got[len(parts):] {
+			free <- i
+		}
+	}
+}
+
+type part struct {
+	batch []*pending
+	n     int
+}
+
+// splitUnits cuts batch (n requests in all) into k contiguous parts of
+// whole units with about n/k requests each, none empty (k ≤ len(batch)).
+func splitUnits(batch []*pending, n, k int) []part {
+	parts := make([]part, 0, k)
+	lo, acc := 0, 0
+	for j := range k {
+		hi := lo + 1
+		acc += len(batch[lo].reqs)
+		// take more while this part is below its share and leaves a unit
+		// for each later part
+		for hi < len(batch)-(k-1-j) && acc < (j+1)*n/k {
+			acc += len(batch[hi].reqs)
+			hi++
+		}
+		if j == k-1 {
+			for ; hi < len(batch); hi++ {
+				acc += len(batch[hi].reqs)
+			}
+		}
+		p := part{batch: batch[lo:hi]}
+		for _, u := range p.batch {
+			p.n += len(u.reqs)
+		}
+		parts = append(parts, p)
+		lo = hi
+	}
+	return parts
+}
+
+// run answers a batch with one call: on lane of l, or a whole-model call
+// when l is nil.
+func (b *Batcher) run(ctx context.Context, batch []*pending, n int, l Laned, lane int) {
+	live := batch[:0:0]
 	all := make([]Request, 0, n)
 	for _, p := range batch {
 		if p.ctx.Err() != nil {
@@ -124,7 +272,13 @@ func (b *Batcher) run(ctx context.Context, batch []*pending, n int) {
 	if len(live) == 0 {
 		return
 	}
-	res, err := b.inner.Generate(ctx, all)
+	var res []Result
+	var err error
+	if l != nil {
+		res, err = l.GenerateOn(ctx, lane, all)
+	} else {
+		res, err = b.inner.Generate(ctx, all)
+	}
 	if err == nil && len(res) != len(all) {
 		err = fmt.Errorf("gen: batcher: inner generator answered %d of %d requests", len(res), len(all))
 	}
@@ -136,6 +290,14 @@ func (b *Batcher) run(ctx context.Context, batch []*pending, n int) {
 			p.res = res[off : off+len(p.reqs) : off+len(p.reqs)]
 		}
 		off += len(p.reqs)
+		close(p.done)
+	}
+}
+
+// fail answers every request of batch with err.
+func (b *Batcher) fail(batch []*pending, err error) {
+	for _, p := range batch {
+		p.err = err
 		close(p.done)
 	}
 }

@@ -16,7 +16,6 @@ import (
 // packed; AVX2 about even). The products give the bits of kern.MatMul with
 // the plain weights.
 type decodePacked struct {
-	on     bool   // packed for this Generate call
 	packed bool   // the panels hold the weights of version ver
 	ver    uint64 // Model.wver when packed
 	layers []struct{ qkv, proj, fc, fc2 kern.Packed }
@@ -28,10 +27,14 @@ type decodePacked struct {
 const packDecodeMin = 256
 
 // packDecode lays the weights out for decode when the call samples enough
-// tokens to repay it; otherwise decode reads them in place. The panels are
-// kept for the next call until the weights change (the RL loop's snapshot
-// serves many calls per version), and are made on both shards.
-func (m *Model) packDecode(cost []int) {
+// tokens to repay it, and says whether decode reads the panels; otherwise
+// decode reads the weights in place. The panels are kept for the next call
+// until the weights change (the RL loop's snapshot serves many calls per
+// version). A whole-model call (lane < 0) packs on both shards, a lane's
+// call on its own core; concurrent lanes pack once, under m.prep.
+func (m *Model) packDecode(cost []int, lane int) bool {
+	m.prep.Lock()
+	defer m.prep.Unlock()
 	if m.dpk == nil {
 		m.dpk = &decodePacked{layers: make([]struct{ qkv, proj, fc, fc2 kern.Packed }, m.cfg.Layers)}
 	}
@@ -40,9 +43,11 @@ func (m *Model) packDecode(cost []int) {
 		rows += c
 	}
 	dp := m.dpk
-	dp.on = rows >= packDecodeMin
-	if !dp.on || dp.packed && dp.ver == m.wver {
-		return
+	if rows < packDecodeMin {
+		return false
+	}
+	if dp.packed && dp.ver == m.wver {
+		return true
 	}
 	c := m.cfg
 	d, f := c.Dim, c.Hidden
@@ -70,20 +75,28 @@ func (m *Model) packDecode(cost []int) {
 		shard[i] = s
 		load[s] += j.k * j.n
 	}
-	runShards(func(sh int) {
+	packShard := func(sh int) {
 		for i, j := range jobs {
 			if shard[i] == sh {
 				kern.Pack(j.dst, j.b, j.k, j.n)
 			}
 		}
-	})
+	}
+	if lane < 0 {
+		runShards(packShard)
+	} else {
+		for sh := range nShards {
+			packShard(sh)
+		}
+	}
 	dp.packed, dp.ver = true, m.wver
+	return true
 }
 
 // decodeMatMul is kern.MatMul(c, a, w, rows, k, n, acc), from the packed
-// copy of w when this call packed one.
-func (m *Model) decodeMatMul(c, a, w []float32, pk *kern.Packed, rows, k, n int, acc bool) {
-	if m.dpk != nil && m.dpk.on {
+// copy of w when this call reads the panels.
+func (m *Model) decodeMatMul(dw *decodeWS, c, a, w []float32, pk *kern.Packed, rows, k, n int, acc bool) {
+	if dw.packed {
 		kern.MatMulPacked(c, a, rows, pk, acc)
 		return
 	}
@@ -106,7 +119,7 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 		lp := &p.layers[l]
 		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln1, B, d, c.NormEps)
 		pl := &m.dpk.layers[l]
-		m.decodeMatMul(dw.qkv, dw.ln, lp.qkv, &pl.qkv, B, d, 3*d, false)
+		m.decodeMatMul(dw, dw.qkv, dw.ln, lp.qkv, &pl.qkv, B, d, 3*d, false)
 		for b, s := range seqs {
 			pos := s.pos
 			src := dw.qkv[b*3*d : (b+1)*3*d]
@@ -130,14 +143,14 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 			}
 			attnDecodeRow(dw.att[b*d:(b+1)*d], dw.probs, src[:d], kv.kt, kv.v, pos+1, T, H, hs, scale)
 		}
-		m.decodeMatMul(dw.x, dw.att, lp.proj, &pl.proj, B, d, d, true)
+		m.decodeMatMul(dw, dw.x, dw.att, lp.proj, &pl.proj, B, d, d, true)
 		rmsnormForward(dw.ln, dw.rstd, dw.x, lp.ln2, B, d, c.NormEps)
-		m.decodeMatMul(dw.h, dw.ln, lp.fc, &pl.fc, B, d, 2*f, false)
+		m.decodeMatMul(dw, dw.h, dw.ln, lp.fc, &pl.fc, B, d, 2*f, false)
 		swigluForward(dw.act, dw.sig, dw.h, B, f)
-		m.decodeMatMul(dw.x, dw.act, lp.fc2, &pl.fc2, B, f, d, true)
+		m.decodeMatMul(dw, dw.x, dw.act, lp.fc2, &pl.fc2, B, f, d, true)
 	}
 	rmsnormForward(dw.ln, dw.rstd, dw.x, p.lnf, B, d, c.NormEps)
-	m.decodeMatMul(dw.logits, dw.ln, m.wteT, &m.dpk.head, B, d, V, false)
+	m.decodeMatMul(dw, dw.logits, dw.ln, m.wteT, &m.dpk.head, B, d, V, false)
 	for b, s := range seqs {
 		copy(s.logits, dw.logits[b*V:(b+1)*V])
 		s.pos++

@@ -61,6 +61,7 @@ type decodeWS struct {
 	logits          []float32 // (B, V)
 	probs           []float32 // (H, probStride(ctx)) one row's attention scores/probabilities per head
 	active, next    []*genSeq
+	packed          bool // this call reads decode's packed panels (packDecode)
 }
 
 func (m *Model) decodeWS(shard, B int) *decodeWS {
@@ -90,15 +91,33 @@ func (m *Model) decodeWS(shard, B int) *decodeWS {
 // the same weights computed. Sampling is batched over nShards shards of the
 // requests. Not safe for concurrent use.
 func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleResult, error) {
-	c := m.cfg
-	for i := range reqs {
-		if err := m.checkTokens(reqs[i].Prompt); err != nil {
-			return nil, fmt.Errorf("model: generate: request %d: %w", i, err)
-		}
+	return m.generate(ctx, reqs, -1)
+}
+
+// Lanes is how many GenerateOn calls may run at once.
+func (m *Model) Lanes() int { return nShards }
+
+// GenerateOn is Generate on one lane (one core, lane in [0, Lanes())): the
+// whole call runs on the calling goroutine with that lane's buffers, so a
+// call on each lane can run at once, each starting when its requests are
+// ready instead of waiting for the other's slowest row. A request gets the
+// same tokens and logprob bits as from Generate. Safe for concurrent use
+// with GenerateOn on other lanes, not with any other method.
+func (m *Model) GenerateOn(ctx context.Context, lane int, reqs []SampleRequest) ([]SampleResult, error) {
+	if lane < 0 || lane >= nShards {
+		return nil, fmt.Errorf("model: generate: lane %d outside [0,%d)", lane, nShards)
 	}
-	// decode's head is a plain product with the transposed embedding: the
-	// same chains as training's MatMulNT, without a transpose per step (nor
-	// per call while the weights stay the same)
+	return m.generate(ctx, reqs, lane)
+}
+
+// prepareGenerate readies what every call of these weights shares and
+// returns their prefix-cache key. decode's head is a plain product with the
+// transposed embedding: the same chains as training's MatMulNT, without a
+// transpose per step (nor per call while the weights stay the same).
+func (m *Model) prepareGenerate() uint64 {
+	m.prep.Lock()
+	defer m.prep.Unlock()
+	c := m.cfg
 	if m.wteT == nil {
 		m.wteT = make([]float32, c.Dim*c.Vocab)
 		m.wteTv = m.wver - 1
@@ -107,12 +126,23 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 		kern.Transpose(m.wteT, m.p.wte, c.Vocab, c.Dim)
 		m.wteTv = m.wver
 	}
+	return m.prefixKey()
+}
+
+// generate is Generate over both shards when lane < 0, else on that lane.
+func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([]SampleResult, error) {
+	c := m.cfg
+	for i := range reqs {
+		if err := m.checkTokens(reqs[i].Prompt); err != nil {
+			return nil, fmt.Errorf("model: generate: request %d: %w", i, err)
+		}
+	}
+	key := m.prepareGenerate()
 	res := make([]SampleResult, len(reqs))
 	seqs := make([]*genSeq, len(reqs))
 	for i := range reqs {
 		seqs[i] = &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed))}
 	}
-	key := m.prefixKey()
 	kept := false
 	defer func() {
 		if !kept {
@@ -147,7 +177,7 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 	}
 	// the prefix cache: a request covered at least as far by a sequence an
 	// earlier call computed starts from it instead (a root)
-	m.fromCache = m.kv.seed(key, seqs, parent, shared, c)
+	fromCache := m.kv.seed(key, seqs, parent, shared, c)
 	// Prefill runs level by level of the prefix trees (roots, then the
 	// requests whose parent is a root, ...), each level's requests spread
 	// over the shards by prefill tokens, longest first: a lone group's
@@ -182,13 +212,33 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 			load[best] += pcost(i)
 		}
 	}
-	m.prefilled, m.prefillShards = 0, [nShards]int{}
+	var prefilled int
+	var prefillShards [nShards]int
 	for i := range reqs {
-		m.prefilled += pcost(i)
-		m.prefillShards[shardOf[i]] += pcost(i)
+		prefilled += pcost(i)
+		prefillShards[shardOf[i]] += pcost(i)
 	}
 	var errs [nShards]error
+	if lane >= 0 {
+		// one lane: every level in order on its own workspace
+		ws := m.workspace(lane, false)
+		prefillShards = [nShards]int{}
+		prefillShards[lane] = prefilled
+		for _, idx := range byLevel {
+			for _, i := range idx {
+				if errs[0] = m.prefill(ctx, ws, seqs, i, parent[i], shared[i]); errs[0] != nil {
+					break
+				}
+			}
+			if errs[0] != nil {
+				break
+			}
+		}
+	}
 	for _, idx := range byLevel {
+		if lane >= 0 {
+			break
+		}
 		if len(idx) == 1 {
 			// a lone request (the root of a single group): its products and
 			// heads go over both cores instead of leaving one idle
@@ -216,6 +266,9 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 			break
 		}
 	}
+	m.prep.Lock()
+	m.prefilled, m.prefillShards, m.fromCache = prefilled, prefillShards, fromCache
+	m.prep.Unlock()
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("model: generate: %w", err)
@@ -230,17 +283,27 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 			cost[i] = min(cost[i], s.req.MaxTokens)
 		}
 	}
-	split := splitShards(cost)
-	m.packDecode(cost)
-	runShards(func(sh int) {
-		lo, hi := split[sh][0], split[sh][1]
-		if lo < hi {
-			errs[sh] = m.decode(ctx, m.decodeWS(sh, hi-lo), seqs[lo:hi])
-		}
-	})
-	for _, err := range errs {
-		if err != nil {
+	packed := m.packDecode(cost, lane)
+	if lane >= 0 {
+		dw := m.decodeWS(lane, len(seqs))
+		dw.packed = packed
+		if err := m.decode(ctx, dw, seqs); err != nil {
 			return nil, fmt.Errorf("model: generate: %w", err)
+		}
+	} else {
+		split := splitShards(cost)
+		runShards(func(sh int) {
+			lo, hi := split[sh][0], split[sh][1]
+			if lo < hi {
+				dw := m.decodeWS(sh, hi-lo)
+				dw.packed = packed
+				errs[sh] = m.decode(ctx, dw, seqs[lo:hi])
+			}
+		})
+		for _, err := range errs {
+			if err != nil {
+				return nil, fmt.Errorf("model: generate: %w", err)
+			}
 		}
 	}
 	m.kv.keep(key, seqs, c)

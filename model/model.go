@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/internal/rng"
@@ -35,6 +36,9 @@ type Model struct {
 	wteTv uint64              // the wver wteT was made from
 	wver  uint64              // bumped when the weights change in place (CopyWeightsFrom, a trainer step)
 	dpk   *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
+	// prep guards what concurrent GenerateOn calls share: wteT, dpk, the
+	// prefix key and the stats below
+	prep sync.Mutex
 
 	prefilled     int          // prompt tokens the last Generate computed (the rest were shared)
 	prefillShards [nShards]int // of those, the tokens each shard computed

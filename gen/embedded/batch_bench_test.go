@@ -2,7 +2,9 @@ package embedded
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,22 +23,38 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkBatchedTurns: the RL loop's generation phase in small: 8 groups
-// of 8 rollouts, each group a goroutine that sends its members' next call
-// (6 new tokens after a growing prompt) through a gen.Batcher (max 64,
-// window 2 ms, as the runner builds it) to the embedded default model, then
-// spends ~100 µs on its "env turn", for 4 turns. Reports wall time per step
-// and the cores kept busy (process CPU-seconds per wall second).
+// of 8 rollouts through a gen.Batcher (max 64, window 2 ms, as the runner
+// builds it) to the embedded default model. A group's members make their
+// first call together (one unit sharing a 40-token prompt); after that each
+// rollout calls alone (6 new tokens after its growing prompt) and spends
+// ~100 µs on its "env turn" between calls, for 2 to 8 turns (drawn per
+// rollout, as episodes end at different turns). lanes=2 lets the batcher
+// run a call on each core at once (gen.Laned); lanes=1 hides the lanes, so
+// every batch is one whole-model call over both cores. Reports wall time
+// and CPU time per step and the cores kept busy.
 func BenchmarkBatchedTurns(b *testing.B) {
+	for _, lanes := range []int{1, 2} {
+		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) { benchTurns(b, lanes) })
+	}
+}
+
+// wholeCalls hides a generator's lanes from the batcher.
+type wholeCalls struct{ gen.Generator }
+
+func benchTurns(b *testing.B, lanes int) {
 	m, err := model.New(model.DefaultConfig(), 1)
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := New(m, 0)
+	var g gen.Generator = New(m, 0)
+	if lanes == 1 {
+		g = wholeCalls{g}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	bt := gen.NewBatcher(ctx, g, 64, 2*time.Millisecond)
 	r := rand.New(rand.NewPCG(4, 4))
-	const groups, members, turns = 8, 8, 4
+	const groups, members = 8, 8
 	prompts := make([][]int32, groups)
 	for i := range prompts {
 		prompts[i] = make([]int32, 40)
@@ -44,33 +62,54 @@ func BenchmarkBatchedTurns(b *testing.B) {
 			prompts[i][j] = int32(r.IntN(256))
 		}
 	}
+	turns := make([]int, groups*members)
+	for i := range turns {
+		turns[i] = 2 + r.IntN(7)
+	}
+	envTurn := func() {
+		t0 := time.Now()
+		for time.Since(t0) < 100*time.Microsecond {
+		}
+	}
 	c0 := cpuTime()
 	b.ResetTimer()
 	for it := range b.N {
 		var wg sync.WaitGroup
 		for gi := range groups {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p := prompts[gi]
-				for turn := range turns {
-					reqs := make([]gen.Request, members)
-					for k := range reqs {
-						reqs[k] = gen.Request{Prompt: p, MaxTokens: 6, Temperature: 1, Seed: uint64(it*1000 + gi*100 + turn*10 + k)}
-					}
-					res, err := bt.Generate(ctx, reqs)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					p = append(append([]int32(nil), p...), res[0].Tokens...)
-					t0 := time.Now()
-					for time.Since(t0) < 100*time.Microsecond {
-					}
+			wg.Go(func() {
+				first := make([]gen.Request, members)
+				for k := range first {
+					first[k] = gen.Request{Prompt: prompts[gi], MaxTokens: 6, Temperature: 1, Seed: uint64(it*100000 + gi*1000 + k)}
 				}
-			}()
+				res, err := bt.Generate(ctx, first)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				var inner sync.WaitGroup
+				for k := range members {
+					inner.Go(func() {
+						p := append(slices.Clone(prompts[gi]), res[k].Tokens...)
+						for turn := 1; turn < turns[gi*members+k]; turn++ {
+							envTurn()
+							p = append(p, int32(10+turn), int32(11+k))
+							out, err := bt.Generate(ctx, []gen.Request{{Prompt: p, MaxTokens: 6, Temperature: 1,
+								Seed: uint64(it*100000 + gi*1000 + k*10 + turn)}})
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							p = append(p, out[0].Tokens...)
+						}
+					})
+				}
+				inner.Wait()
+			})
 		}
 		wg.Wait()
 	}
-	b.ReportMetric((cpuTime()-c0).Seconds()/b.Elapsed().Seconds(), "cores")
+	cpu := (cpuTime() - c0).Seconds()
+	b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/step")
+	b.ReportMetric(cpu*1e3/float64(b.N), "cpu-ms/step")
+	b.ReportMetric(cpu/b.Elapsed().Seconds(), "cores")
 }

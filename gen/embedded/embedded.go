@@ -19,12 +19,21 @@ type Sampler interface {
 	Logits(toks []int32) ([]float32, error)
 }
 
+// laneSampler is a model that can sample on one of several lanes at once
+// (model.Model: one per core).
+type laneSampler interface {
+	Lanes() int
+	GenerateOn(ctx context.Context, lane int, reqs []model.SampleRequest) ([]model.SampleResult, error)
+}
+
 // Served samples from an embedded model. Weights are swapped whole by
 // SetWeights between batches, so no request sees a half-updated model.
-// Generate calls are serialised: the model parallelises inside a batch, and
-// a gen.Batcher in front gathers concurrent rollouts into one batch.
+// A Generate call holds every lane: the model parallelises inside a batch,
+// and a gen.Batcher in front gathers concurrent rollouts into one batch.
+// Where the model has lanes (Lanes > 1), GenerateOn calls on different
+// lanes run at once.
 type Served[M Sampler] struct {
-	mu      sync.Mutex // serialises Generate: the model's workspaces are not shared
+	lanes   []sync.Mutex // a call holds its lane's, Generate and Logits all of them
 	wmu     sync.RWMutex
 	m       M
 	version int64
@@ -37,10 +46,33 @@ type (
 )
 
 // New returns a generator serving m as version.
-func New(m *model.Model, version int64) *Generator { return &Generator{m: m, version: version} }
+func New(m *model.Model, version int64) *Generator { return newServed(m, version) }
 
 // NewHF returns a generator serving m as version.
-func NewHF(m *llama.Model, version int64) *HFGenerator { return &HFGenerator{m: m, version: version} }
+func NewHF(m *llama.Model, version int64) *HFGenerator { return newServed(m, version) }
+
+func newServed[M Sampler](m M, version int64) *Served[M] {
+	n := 1
+	if l, ok := any(m).(laneSampler); ok {
+		n = l.Lanes()
+	}
+	return &Served[M]{m: m, version: version, lanes: make([]sync.Mutex, n)}
+}
+
+// Lanes is how many GenerateOn calls may run at once (1: only whole calls).
+func (g *Served[M]) Lanes() int { return len(g.lanes) }
+
+func (g *Served[M]) lockAll() {
+	for i := range g.lanes {
+		g.lanes[i].Lock()
+	}
+}
+
+func (g *Served[M]) unlockAll() {
+	for i := range g.lanes {
+		g.lanes[i].Unlock()
+	}
+}
 
 // SetWeights makes m (which the caller no longer mutates) the served model.
 func (g *Served[M]) SetWeights(m M, version int64) {
@@ -58,15 +90,40 @@ func (g *Served[M]) Model() (M, int64) {
 
 // Generate implements gen.Generator.
 func (g *Served[M]) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.lockAll()
+	defer g.unlockAll()
 	m, version := g.Model()
+	out, err := m.Generate(ctx, sampleRequests(reqs))
+	return results(out, version, err)
+}
+
+// GenerateOn implements gen.Laned: the call runs on lane alone, beside
+// calls on the other lanes.
+func (g *Served[M]) GenerateOn(ctx context.Context, lane int, reqs []gen.Request) ([]gen.Result, error) {
+	if lane < 0 || lane >= len(g.lanes) {
+		return nil, fmt.Errorf("embedded generator: lane %d outside [0,%d)", lane, len(g.lanes))
+	}
+	g.lanes[lane].Lock()
+	defer g.lanes[lane].Unlock()
+	m, version := g.Model()
+	l, ok := any(m).(laneSampler)
+	if !ok {
+		return nil, fmt.Errorf("embedded generator: %T has no lanes", m)
+	}
+	out, err := l.GenerateOn(ctx, lane, sampleRequests(reqs))
+	return results(out, version, err)
+}
+
+func sampleRequests(reqs []gen.Request) []model.SampleRequest {
 	in := make([]model.SampleRequest, len(reqs))
 	for i, r := range reqs {
 		in[i] = model.SampleRequest{Prompt: r.Prompt, MaxTokens: r.MaxTokens, Temperature: r.Temperature,
 			TopP: r.TopP, TopK: r.TopK, Stop: r.Stop, Seed: r.Seed}
 	}
-	out, err := m.Generate(ctx, in)
+	return in
+}
+
+func results(out []model.SampleResult, version int64, err error) ([]gen.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded generator: %w", err)
 	}
@@ -85,8 +142,8 @@ func (g *Served[M]) Logits(ctx context.Context, toks []int32) ([]float32, error)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("embedded generator: logits: %w", err)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.lockAll()
+	defer g.unlockAll()
 	m, _ := g.Model()
 	out, err := m.Logits(toks)
 	if err != nil {

@@ -54,3 +54,22 @@ func (g timedGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Resul
 	g.observe(g.server, time.Since(t0), err)
 	return res, err
 }
+
+// Lanes and GenerateOn pass the inner generator's lanes through (gen.Laned).
+func (g timedGen) Lanes() int {
+	if l, ok := g.Generator.(gen.Laned); ok {
+		return l.Lanes()
+	}
+	return 1
+}
+
+func (g timedGen) GenerateOn(ctx context.Context, lane int, reqs []gen.Request) ([]gen.Result, error) {
+	l, ok := g.Generator.(gen.Laned)
+	if !ok {
+		return g.Generate(ctx, reqs)
+	}
+	t0 := time.Now()
+	res, err := l.GenerateOn(ctx, lane, reqs)
+	g.observe(g.server, time.Since(t0), err)
+	return res, err
+}
