@@ -22,6 +22,7 @@ const nShards = 2
 // Model is the policy: weights plus reusable workspaces. Its methods
 // (Generate, Logprobs, and a Trainer's Step) must be called from one
 // goroutine at a time; they parallelise internally over nShards shards.
+// The exception: GenerateOn calls on different lanes may run at once.
 type Model struct {
 	cfg      Config
 	specs    []tensorSpec
