@@ -99,16 +99,11 @@ func (b *Batcher) loop(ctx context.Context) {
 		return
 	}
 	g := b.newGatherer()
-	defer g.timer.Stop()
 	for {
-		var first *pending
-		select {
-		case first = <-b.queue:
-		case <-ctx.Done():
-			b.drain(ctx.Err())
+		batch, n, ok := g.next(ctx)
+		if !ok {
 			return
 		}
-		batch, n := g.gather(ctx, first)
 		b.run(ctx, batch, n, nil, 0)
 	}
 }
@@ -124,6 +119,19 @@ func (b *Batcher) newGatherer() *gatherer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &gatherer{b: b, timer: t}
+}
+
+// next waits for a first request and gathers its batch; at the end of ctx
+// it answers what is queued with ctx's error and returns false.
+func (g *gatherer) next(ctx context.Context) ([]*pending, int, bool) {
+	select {
+	case first := <-g.b.queue:
+		batch, n := g.gather(ctx, first)
+		return batch, n, true
+	case <-ctx.Done():
+		g.b.drain(ctx.Err())
+		return nil, 0, false
+	}
 }
 
 func (g *gatherer) gather(ctx context.Context, first *pending) ([]*pending, int) {
@@ -165,14 +173,10 @@ func (b *Batcher) laneLoop(ctx context.Context, l Laned) {
 	}
 	g := b.newGatherer()
 	for {
-		var first *pending
-		select {
-		case first = <-b.queue:
-		case <-ctx.Done():
-			b.drain(ctx.Err())
+		batch, n, ok := g.next(ctx)
+		if !ok {
 			return
 		}
-		batch, n := g.gather(ctx, first)
 		var got []int
 		for len(got) == 0 {
 			var more chan *pending
