@@ -29,6 +29,7 @@ func newTrainCmd() *cobra.Command {
 		progressEvery time.Duration
 		metricsAddr   string
 		cpuProfile    string
+		tracePath     string
 	)
 	cmd := &cobra.Command{
 		Use:   "train [--config FILE] [--run-dir DIR] [key=value ...]",
@@ -97,6 +98,13 @@ overrides; every allowed change is logged and shown by inspect.`,
 				}
 				defer stop()
 			}
+			if tracePath != "" {
+				stop, err := startTrace(tracePath)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			err = runner.Train(cmd.Context(), cfg, opts)
 			disp.stop(err != nil)
 			reached := tr.step
@@ -120,6 +128,7 @@ overrides; every allowed change is logged and shown by inspect.`,
 	cmd.Flags().BoolVar(&noBar, "no-progress", false, "plain progress lines (every --progress-every) instead of bars, even on a terminal")
 	cmd.Flags().DurationVar(&progressEvery, "progress-every", 10*time.Second, "interval of the plain progress lines (pipes, --no-progress)")
 	cmd.Flags().StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
+	cmd.Flags().StringVar(&tracePath, "trace", "", "write the runtime's execution trace of the run to this file (go tool trace reads it)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (\":9464\" binds to 127.0.0.1; off when empty)")
 	return cmd
 }
