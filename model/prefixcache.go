@@ -40,6 +40,14 @@ func (m *Model) SetPrefixCache(bytes int64) {
 	p.evict()
 }
 
+// PrefixCache is the byte budget SetPrefixCache set (shared with clones).
+func (m *Model) PrefixCache() int64 {
+	p := m.kv
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.budget
+}
+
 // prefixKey names m's current weights in the pool: a clone gets its own
 // key, and a change of the weights (wver) a new one, after dropping the
 // entries of the old. Entries are only ever matched under their own key,

@@ -169,6 +169,7 @@ func (c *Config) Validate() error {
 	for _, u := range gen.URLs {
 		v.url("generator.urls", u)
 	}
+	v.min("generator.prefix_cache_mib", gen.PrefixCacheMiB, 0)
 	if c.Trainer.Kind == "remote" {
 		if c.Trainer.URL == "" {
 			v.failf("trainer.url", "must be set when trainer.kind is remote")

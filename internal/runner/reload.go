@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
+	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/model"
 )
 
@@ -25,7 +26,7 @@ func (r *reloader) Prepare(ctx context.Context, path string) (func() int64, erro
 	if err != nil {
 		return nil, err
 	}
-	m, err := loadLimited(ctx, file, r.max)
+	m, err := loadServed(ctx, file, r.max, r.prefixCache)
 	if err != nil {
 		return nil, err
 	}
@@ -50,11 +51,28 @@ func (r *reloader) Reload(ctx context.Context, path string) (int64, error) {
 	return swap(), nil
 }
 
-func newReloader(g *gembedded.Generator, max int64) *reloader {
+func newReloader(g *gembedded.Generator, max, prefixCache int64) *reloader {
 	if max <= 0 {
 		max = DefaultMaxWeightsBytes
 	}
-	return &reloader{g: g, max: max}
+	return &reloader{g: g, max: max, prefixCache: prefixCache}
+}
+
+// loadServed loads a weights file (of at most max bytes) for the embedded
+// generator with a prefix cache of prefixCache bytes: a loaded model has a
+// pool of its own, so the configured budget is set on every one.
+func loadServed(ctx context.Context, path string, max, prefixCache int64) (*model.Model, error) {
+	m, err := loadLimited(ctx, path, max)
+	if err != nil {
+		return nil, err
+	}
+	m.SetPrefixCache(prefixCache)
+	return m, nil
+}
+
+// PrefixCacheBytes is generator.prefix_cache_mib in bytes.
+func PrefixCacheBytes(cfg *config.Config) int64 {
+	return int64(cfg.Generator.PrefixCacheMiB) << 20
 }
 
 // loadLimited is model.Load for untrusted paths.

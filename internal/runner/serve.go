@@ -89,10 +89,11 @@ func EmbeddedBackendLimited(ctx context.Context, cfg *config.Config, weights str
 	if err != nil {
 		return server.Backend{}, fmt.Errorf("serve: %w", err)
 	}
+	m.SetPrefixCache(PrefixCacheBytes(cfg))
 	eg := gembedded.New(m, version)
 	return server.Backend{
 		Gen:         gen.NewBatcher(ctx, eg, 64, 2*time.Millisecond),
-		Loader:      newReloader(eg, maxWeights),
+		Loader:      newReloader(eg, maxWeights, PrefixCacheBytes(cfg)),
 		Scorer:      eg,
 		Model:       "longhaul",
 		Version:     func() int64 { _, v := eg.Model(); return v },
@@ -101,9 +102,10 @@ func EmbeddedBackendLimited(ctx context.Context, cfg *config.Config, weights str
 }
 
 type reloader struct {
-	mu  sync.Mutex
-	g   *gembedded.Generator
-	max int64
+	mu          sync.Mutex
+	g           *gembedded.Generator
+	max         int64
+	prefixCache int64 // bytes, for every model a reload loads
 }
 
 // EmbeddedTrainer is the trainer `longhaul serve-trainer` serves: the

@@ -36,6 +36,7 @@ type parts struct {
 	boundsCalls     bool              // the generator bounds each request by call_timeout_s itself
 	close           func()
 	queues          map[string]func() float64 // queue depths for the Prometheus gauges
+	served          *gembedded.Generator      // the byte model's in-process generator, when it generates
 }
 
 // wire builds the generator and trainer the config names. The controller
@@ -120,7 +121,9 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 				return nil, err
 			}
 		}
+		m.SetPrefixCache(PrefixCacheBytes(cfg)) // shared with the trainer's model and every clone
 		eg := gembedded.New(m, 0)
+		p.served = eg
 		bctx, stop := context.WithCancel(ctx)
 		var inner gen.Generator = eg
 		if obs != nil {
@@ -140,7 +143,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 				if err := export(ctx, v); err != nil {
 					return err
 				}
-				m, err := model.Load(weights)
+				m, err := loadServed(ctx, weights, DefaultMaxWeightsBytes, PrefixCacheBytes(cfg))
 				if err != nil {
 					return err
 				}
