@@ -6,6 +6,7 @@ import (
 	"simd/archsimd"
 
 	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/internal/race"
 )
 
 // fusedDecode: the kern products use fused multiply-adds (any SIMD path),
@@ -75,10 +76,14 @@ func decodeValues(out, s, v []float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// load8 loads x[off:off+8], zero-filling past the end.
+// load8 loads x[off:off+8], zero-filling past the end (masked, or under
+// -race through an array: kern's ld8 says why).
 func load8(x []float32, off int) archsimd.Float32x8 {
 	if off+8 <= len(x) {
 		return archsimd.LoadFloat32x8Slice(x[off:])
+	}
+	if !race.Enabled {
+		return archsimd.LoadFloat32x8SlicePart(x[min(off, len(x)):])
 	}
 	var t [8]float32
 	if off < len(x) {
@@ -91,6 +96,10 @@ func load8(x []float32, off int) archsimd.Float32x8 {
 func store8(v archsimd.Float32x8, x []float32, off int) {
 	if off+8 <= len(x) {
 		v.StoreSlice(x[off:])
+		return
+	}
+	if !race.Enabled {
+		v.StoreSlicePart(x[min(off, len(x)):])
 		return
 	}
 	if off < len(x) {
