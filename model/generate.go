@@ -221,50 +221,11 @@ func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([
 	var errs [nShards]error
 	if lane >= 0 {
 		// one lane: every level in order on its own workspace
-		ws := m.workspace(lane, false)
 		prefillShards = [nShards]int{}
 		prefillShards[lane] = prefilled
-		for _, idx := range byLevel {
-			for _, i := range idx {
-				if errs[0] = m.prefill(ctx, ws, seqs, i, parent[i], shared[i]); errs[0] != nil {
-					break
-				}
-			}
-			if errs[0] != nil {
-				break
-			}
-		}
-	}
-	for _, idx := range byLevel {
-		if lane >= 0 {
-			break
-		}
-		if len(idx) == 1 {
-			// a lone request (the root of a single group): its products and
-			// heads go over both cores instead of leaving one idle
-			ws := m.workspace(0, false)
-			ws.par = nShards
-			errs[0] = m.prefill(ctx, ws, seqs, idx[0], parent[idx[0]], shared[idx[0]])
-			ws.par = 0
-			if errs[0] != nil {
-				break
-			}
-			continue
-		}
-		runShards(func(sh int) {
-			ws := m.workspace(sh, false)
-			for _, i := range idx {
-				if shardOf[i] != sh {
-					continue
-				}
-				if errs[sh] = m.prefill(ctx, ws, seqs, i, parent[i], shared[i]); errs[sh] != nil {
-					return
-				}
-			}
-		})
-		if slices.ContainsFunc(errs[:], func(e error) bool { return e != nil }) {
-			break
-		}
+		errs[0] = m.prefillLane(ctx, m.workspace(lane, false), seqs, byLevel, parent, shared)
+	} else {
+		m.prefillOnShards(ctx, seqs, byLevel, shardOf, parent, shared, &errs)
 	}
 	m.prep.Lock()
 	m.prefilled, m.prefillShards, m.fromCache = prefilled, prefillShards, fromCache
@@ -309,6 +270,51 @@ func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([
 	m.kv.keep(key, seqs, c)
 	kept = true
 	return res, nil
+}
+
+// prefillLane prefills every request on one workspace, level by level.
+func (m *Model) prefillLane(ctx context.Context, ws *workspace, seqs []*genSeq, byLevel [][]int, parent, shared []int) error {
+	for _, idx := range byLevel {
+		for _, i := range idx {
+			if err := m.prefill(ctx, ws, seqs, i, parent[i], shared[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// prefillOnShards prefills level by level over both shards (shardOf), a
+// level of one request on both cores at once.
+func (m *Model) prefillOnShards(ctx context.Context, seqs []*genSeq, byLevel [][]int, shardOf, parent, shared []int, errs *[nShards]error) {
+	for _, idx := range byLevel {
+		if len(idx) == 1 {
+			// a lone request (the root of a single group): its products and
+			// heads go over both cores instead of leaving one idle
+			ws := m.workspace(0, false)
+			ws.par = nShards
+			errs[0] = m.prefill(ctx, ws, seqs, idx[0], parent[idx[0]], shared[idx[0]])
+			ws.par = 0
+			if errs[0] != nil {
+				break
+			}
+			continue
+		}
+		runShards(func(sh int) {
+			ws := m.workspace(sh, false)
+			for _, i := range idx {
+				if shardOf[i] != sh {
+					continue
+				}
+				if errs[sh] = m.prefill(ctx, ws, seqs, i, parent[i], shared[i]); errs[sh] != nil {
+					return
+				}
+			}
+		})
+		if slices.ContainsFunc(errs[:], func(e error) bool { return e != nil }) {
+			break
+		}
+	}
 }
 
 // prefill computes request i's prompt past the shared positions it copies
