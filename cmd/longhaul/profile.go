@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
@@ -9,20 +10,7 @@ import (
 
 // startCPUProfile profiles the whole process into path until stop is called.
 func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--cpu-profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpu-profile %s: %w", path, err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "longhaul: --cpu-profile %s: %v\n", path, err)
-		}
-	}, nil
+	return startRecording("--cpu-profile", path, pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 // startTrace writes the runtime's execution trace of the whole process to
@@ -30,18 +18,24 @@ func startCPUProfile(path string) (stop func(), err error) {
 // a CPU profile cannot show (go tool trace reads it; -pprof=sched gives the
 // waits for a CPU, -pprof=sync and -pprof=syscall the blocking).
 func startTrace(path string) (stop func(), err error) {
+	return startRecording("--trace", path, trace.Start, trace.Stop)
+}
+
+// startRecording runs begin on a new file at path until the returned stop
+// ends it with end and closes the file; errors name flag.
+func startRecording(flag, path string, begin func(io.Writer) error, end func()) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("--trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	if err := trace.Start(f); err != nil {
+	if err := begin(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("--trace %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	return func() {
-		trace.Stop()
+		end()
 		if err := f.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "longhaul: --trace %s: %v\n", path, err)
+			fmt.Fprintf(os.Stderr, "longhaul: %s %s: %v\n", flag, path, err)
 		}
 	}, nil
 }
