@@ -24,6 +24,7 @@ import (
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -145,7 +146,7 @@ func New(o Options) (*Controller, error) {
 		o.Now = time.Now
 	}
 	if o.CPU == nil {
-		o.CPU = processCPU
+		o.CPU = cputime.Process
 	}
 	if o.Crash == nil {
 		o.Crash = func(string) {}

@@ -6,9 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/data"
@@ -16,6 +14,7 @@ import (
 	"github.com/longhaul-rl/longhaul/examples"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
@@ -101,7 +100,7 @@ func BenchmarkControllerPerCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	fs.syncs.Store(0)
 	fs.packSyncs.Store(0)
 	b.ResetTimer()
@@ -109,7 +108,7 @@ func BenchmarkControllerPerCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Process() - cpu0
 	var calls uint64
 	l.View(func(s *runlog.State) { calls = s.Counts[runlog.KindCallFinished] })
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(calls), "ns/call")
@@ -151,15 +150,6 @@ func (f countedFile) Sync() error {
 		f.pack.Add(1)
 	}
 	return f.File.Sync()
-}
-
-// cpuTime is the process's user+system CPU time: the controller waits on
-// fsync most of its wall time, so its cost is what it burns, not how long
-// a call takes to become durable.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }

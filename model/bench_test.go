@@ -4,21 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"testing"
-	"time"
-)
 
-// cpuTime is this process's user+system CPU time. On the shared build
-// machine wall-clock rates swing with other jobs; tokens per CPU-second
-// (reported as tok/cpu-s) is the steadier figure of the work done.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"github.com/longhaul-rl/longhaul/internal/cputime"
+)
 
 // Benchmark configs: A is the default model at ctx 256, B a larger one.
 func benchConfigs() map[string]Config {
@@ -55,14 +44,14 @@ func BenchmarkTrainStep(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ResetTimer()
-				c0 := cpuTime()
+				c0 := cputime.Process()
 				for range b.N {
 					if _, err := tr.Step(context.Background(), seqs, LossConfig{Kind: LossPG}); err != nil {
 						b.Fatal(err)
 					}
 				}
 				b.ReportMetric(float64(b.N*shape[0]*shape[1])/b.Elapsed().Seconds(), "tok/s")
-				b.ReportMetric(float64(b.N*shape[0]*shape[1])/(cpuTime()-c0).Seconds(), "tok/cpu-s")
+				b.ReportMetric(float64(b.N*shape[0]*shape[1])/(cputime.Process()-c0).Seconds(), "tok/cpu-s")
 			})
 		}
 	}
@@ -85,7 +74,7 @@ func BenchmarkGenerate(b *testing.B) {
 					reqs[i] = SampleRequest{Prompt: []int32{int32(r.IntN(256))}, MaxTokens: 128, Temperature: 1, Seed: uint64(i)}
 				}
 				b.ResetTimer()
-				c0 := cpuTime()
+				c0 := cputime.Process()
 				toks := 0
 				for range b.N {
 					res, err := m.Generate(context.Background(), reqs)
@@ -97,8 +86,8 @@ func BenchmarkGenerate(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(toks)/b.Elapsed().Seconds(), "tok/s")
-				b.ReportMetric(float64(toks)/(cpuTime()-c0).Seconds(), "tok/cpu-s")
-				b.ReportMetric((cpuTime()-c0).Seconds()/b.Elapsed().Seconds(), "cores")
+				b.ReportMetric(float64(toks)/(cputime.Process()-c0).Seconds(), "tok/cpu-s")
+				b.ReportMetric((cputime.Process()-c0).Seconds()/b.Elapsed().Seconds(), "cores")
 			})
 		}
 	}
@@ -132,12 +121,12 @@ func BenchmarkGenerateTurn(b *testing.B) {
 		reqs = append(reqs, SampleRequest{Prompt: p, MaxTokens: 6, Temperature: 1, Seed: uint64(g)})
 	}
 	b.ResetTimer()
-	c0 := cpuTime()
+	c0 := cputime.Process()
 	for range b.N {
 		if _, err := m.Generate(context.Background(), reqs); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N*len(reqs)*76)/b.Elapsed().Seconds(), "tok/s")
-	b.ReportMetric((cpuTime()-c0).Seconds()/b.Elapsed().Seconds(), "cores")
+	b.ReportMetric((cputime.Process()-c0).Seconds()/b.Elapsed().Seconds(), "cores")
 }

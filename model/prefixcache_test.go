@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 )
 
 // uncached is a fresh copy of m's weights with a pool of its own and the
@@ -307,7 +309,7 @@ func BenchmarkMultiTurn(b *testing.B) {
 						prompts[g*G+k] = task
 					}
 				}
-				c0 := cpuTime()
+				c0 := cputime.Process()
 				for turn := range turns {
 					for g := range groups {
 						reqs := make([]SampleRequest, G)
@@ -326,7 +328,7 @@ func BenchmarkMultiTurn(b *testing.B) {
 					}
 					n++
 				}
-				cpu += cpuTime() - c0
+				cpu += cputime.Process() - c0
 			}
 			b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(n), "cpu-ms/turn")
 			b.ReportMetric(float64(prefilled)/float64(n), "prefill-tok/turn")

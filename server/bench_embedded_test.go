@@ -24,12 +24,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/internal/runner"
 	"github.com/longhaul-rl/longhaul/server"
 )
@@ -107,9 +107,9 @@ func BenchmarkServingEmbedded(b *testing.B) {
 			ops := 0
 			for b.Loop() {
 				for k, f := range []func() (int, error){inproc, overHTTP} {
-					t0, c0 := time.Now(), cpuTime()
+					t0, c0 := time.Now(), cputime.Process()
 					n, err := f()
-					cpu[k] += cpuTime() - c0
+					cpu[k] += cputime.Process() - c0
 					wall[k] += time.Since(t0)
 					if err != nil {
 						b.Fatal(err)
@@ -204,14 +204,4 @@ func postCompletion(ctx context.Context, hc *http.Client, base string, prompt []
 		total += len(ch.TokenIDs)
 	}
 	return total, nil
-}
-
-// cpuTime is the process's user+system CPU time so far (client, server
-// and generator together: they share the process).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

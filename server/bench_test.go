@@ -15,12 +15,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/gen/openai"
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 )
 
 const benchPerToken = 30 * time.Microsecond
@@ -92,19 +92,19 @@ func BenchmarkServing(b *testing.B) {
 		// server) is the figure to use on a shared machine: wall time there
 		// measures the neighbours.
 		b.Run(name+"/http-overhead", func(b *testing.B) {
-			start := cpuTime()
+			start := cputime.Process()
 			httpBench(b, 0, false)
-			b.ReportMetric(float64((cpuTime()-start).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64((cputime.Process()-start).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 		b.Run(name+"/inproc-overhead", func(b *testing.B) {
 			f := NewFake(0)
-			start := cpuTime()
+			start := cputime.Process()
 			for b.Loop() {
 				if _, err := f.Generate(b.Context(), reqs); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64((cpuTime()-start).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64((cputime.Process()-start).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 		// By default the gen/openai client sends one HTTP call per request
 		// (n=1, own seed), so the generator sees batches of 1: for the
@@ -134,13 +134,4 @@ func BenchmarkServing(b *testing.B) {
 		b.Run(name+"/openai-client", func(b *testing.B) { clientBench(b, false) })
 		b.Run(name+"/openai-client-grouped", func(b *testing.B) { clientBench(b, true) })
 	}
-}
-
-// cpuTime is the process's user+system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

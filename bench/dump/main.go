@@ -17,9 +17,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/model"
 )
@@ -96,12 +96,12 @@ func run(out string, seed uint64, warm, batch, steps int) error {
 		fx.Logits = append(fx.Logits, lg...)
 	}
 	for range steps {
-		c0, t0 := cpuTime(), time.Now()
+		c0, t0 := cputime.Process(), time.Now()
 		if _, err := tr.Step(ctx, seqs, sft); err != nil {
 			return err
 		}
 		fx.GoStepMS = append(fx.GoStepMS, float64(time.Since(t0).Microseconds())/1000)
-		fx.GoStepCPUMS = append(fx.GoStepCPUMS, float64((cpuTime()-c0).Microseconds())/1000)
+		fx.GoStepCPUMS = append(fx.GoStepCPUMS, float64((cputime.Process()-c0).Microseconds())/1000)
 	}
 	b, err := json.Marshal(fx)
 	if err != nil {
@@ -114,16 +114,6 @@ func run(out string, seed uint64, warm, batch, steps int) error {
 	fmt.Printf("wrote %s: %d params; Go step (%d×%d, SFT) best %.1f ms = %.0f tok/s, median CPU %.1f ms (kern %s)\n",
 		out, m.NumParams(), batch, T, best, float64(batch*T)/best*1000, median(fx.GoStepCPUMS), fx.GoKernelPath)
 	return nil
-}
-
-// cpuTime is the process's user+system CPU time: every thread, so the
-// second core's share and any spinning of kern's helpers count against Go.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(x []float64) float64 {

@@ -22,6 +22,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/llama"
 )
@@ -49,7 +50,7 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load, h
 		// read time first: the page cache is then warm for both
 		files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 		var size int64
-		c0 := cpuTime()
+		c0 := cputime.Process()
 		t0 := time.Now()
 		for _, f := range files {
 			fh, err := os.Open(f)
@@ -63,7 +64,7 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load, h
 			}
 			size += n
 		}
-		read, readCPU := time.Since(t0), cpuTime()-c0
+		read, readCPU := time.Since(t0), cputime.Process()-c0
 		// The floor no loader goes under: the kernel handing out (and
 		// zeroing) F32-size fresh memory, on the same goroutines. The
 		// memory goes back to the OS and the peak RSS counter is reset
@@ -83,13 +84,13 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load, h
 		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
 			return fmt.Errorf("resetting the peak RSS: %w", err)
 		}
-		c0 = cpuTime()
+		c0 = cputime.Process()
 		t0 = time.Now()
 		m, err := llama.LoadDirWith(dir, llama.LoadOptions{HugePages: huge})
 		if err != nil {
 			return err
 		}
-		loadT, loadCPU := time.Since(t0), cpuTime()-c0
+		loadT, loadCPU := time.Since(t0), cputime.Process()-c0
 		hwm, rss := procStatus("VmHWM"), procStatus("VmRSS")
 		f32 := m.Config().F32Bytes()
 		out["file_bytes"], out["read_s"], out["load_s"] = size, read.Seconds(), loadT.Seconds()
@@ -180,7 +181,7 @@ func faultIn(n int, huge bool) (wall, cpu time.Duration) {
 		_ = syscall.Madvise(b[lo-p:hi-p], 14) // MADV_HUGEPAGE
 	}
 	nw := runtime.GOMAXPROCS(0)
-	c0, t0 := cpuTime(), time.Now()
+	c0, t0 := cputime.Process(), time.Now()
 	var wg sync.WaitGroup
 	for w := range nw {
 		wg.Add(1)
@@ -192,15 +193,7 @@ func faultIn(n int, huge bool) (wall, cpu time.Duration) {
 		}()
 	}
 	wg.Wait()
-	return time.Since(t0), cpuTime() - c0
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Since(t0), cputime.Process() - c0
 }
 
 func emit(v map[string]any) error {

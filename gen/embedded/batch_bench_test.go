@@ -6,21 +6,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/gen"
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/model"
 )
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkBatchedTurns: the RL loop's generation phase in small: 8 groups
 // of 8 rollouts through a gen.Batcher (max 64, window 2 ms, as the runner
@@ -71,7 +63,7 @@ func benchTurns(b *testing.B, lanes int) {
 		for time.Since(t0) < 100*time.Microsecond {
 		}
 	}
-	c0 := cpuTime()
+	c0 := cputime.Process()
 	b.ResetTimer()
 	for it := range b.N {
 		var wg sync.WaitGroup
@@ -108,7 +100,7 @@ func benchTurns(b *testing.B, lanes int) {
 		}
 		wg.Wait()
 	}
-	cpu := (cpuTime() - c0).Seconds()
+	cpu := (cputime.Process() - c0).Seconds()
 	b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/step")
 	b.ReportMetric(cpu*1e3/float64(b.N), "cpu-ms/step")
 	b.ReportMetric(cpu/b.Elapsed().Seconds(), "cores")

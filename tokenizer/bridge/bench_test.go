@@ -6,9 +6,9 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/chat"
 )
@@ -49,14 +49,14 @@ func benchTurn(b *testing.B, model string, c chat.Chat, opt tokenizer.RenderOpti
 				}
 				turn := replay(b, br, sampled, msg, next)
 				b.ResetTimer()
-				cpu0 := cpuTime()
+				cpu0 := int64(cputime.Process())
 				for b.Loop() {
 					turn()
 				}
 				// CPU time per turn (the process's, GC included): on a
 				// shared machine wall time (ns/op) mostly measures the
 				// other processes.
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu_ns/op")
+				b.ReportMetric(float64(int64(cputime.Process())-cpu0)/float64(b.N), "cpu_ns/op")
 				b.ReportMetric(float64(len(br.Prompt())), "history_tokens")
 				b.ReportMetric(float64(len(br.Messages())), "history_msgs")
 			})
@@ -131,13 +131,4 @@ func replay(tb testing.TB, br *Bridge, sampled []int32, msg tokenizer.Message, n
 		}
 	}
 	return run
-}
-
-// cpuTime is the process's user+system CPU time in nanoseconds.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
