@@ -262,7 +262,7 @@ func splitUnits(batch []*pending, n, k int) []part {
 // run answers a batch with one call: on lane of l, or a whole-model call
 // when l is nil.
 func (b *Batcher) run(ctx context.Context, batch []*pending, n int, l Laned, lane int) {
-	live := batch[:0:0]
+	live := batch[:0:0] // a fresh array: the lanes' parts share batch's
 	all := make([]Request, 0, n)
 	for _, p := range batch {
 		if p.ctx.Err() != nil {
