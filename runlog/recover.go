@@ -91,10 +91,15 @@ func (l *Log) recover(ctx context.Context) error {
 			return fmt.Errorf("sync %s: %w", path, err)
 		}
 	}
+	reached := end // how far a snapshot may say the log reached
 	if n := len(bases); n > 0 {
 		// A chunk with no records (or a torn header) is replaced by a
-		// fresh one at the same base.
+		// fresh one at the same base. A snapshot taken while it was the
+		// log's end (a kill before the snapshot's own record reached the
+		// chunk) points just past its header, where the fresh chunk's
+		// first record goes again: nothing acknowledged was lost.
 		if last := bases[n-1]; end-last <= chunkHeaderSize {
+			reached = last + chunkHeaderSize
 			for _, name := range []string{chunkName(last), packName(last)} {
 				if err := l.opts.FS.Remove(filepath.Join(l.logDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("open run log: %w", err)
@@ -104,7 +109,7 @@ func (l *Log) recover(ctx context.Context) error {
 			end = last
 		}
 	}
-	if from > end {
+	if from > reached {
 		return &ShortLogError{Path: lastChunkPath(l.logDir, bases), End: end, Expected: from, By: "the loaded snapshot"}
 	}
 	if end < verified {
