@@ -172,26 +172,7 @@ func (c *Controller) failedInLog(id runlog.RolloutID, attempt uint32) bool {
 }
 
 func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task, ct *callTimer) rollout.Spec {
-	rec := rollout.RecorderFunc(func(ctx context.Context, evs ...runlog.Event) error {
-		if _, err := c.o.Log.Append(ctx, evs...); err != nil {
-			if errors.Is(err, runlog.ErrStaleAttempt) {
-				// A late answer of a fenced attempt: discarded, counted.
-				c.lateResults.Add(1)
-			}
-			return err
-		}
-		c.evMu.Lock()
-		if cached, ok := c.events[id]; ok {
-			c.events[id] = append(cached, evs...)
-		}
-		c.evMu.Unlock()
-		for _, ev := range evs {
-			if _, ok := ev.(runlog.CallFinished); ok {
-				c.o.Crash("call.logged")
-			}
-		}
-		return nil
-	})
+	rec := &recorder{c: c, id: id}
 	sp := RolloutSpec(c.cfg, c.o.Envs, task, id, attempt,
 		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, ct}, rec)
 	sp.Logger = c.log
@@ -340,4 +321,76 @@ func (ct *callTimer) fire() {
 	ct.pending = false
 	ct.mu.Unlock()
 	ct.cancel(errCallTimeout)
+}
+
+// recorder is one attempt's rollout.Recorder: it appends to the run log,
+// keeps the controller's event cache, counts late answers and fires the
+// call.logged crash point. It also stages (rollout.Stager): pend are the
+// staged appends not yet settled, in staging order.
+type recorder struct {
+	c    *Controller
+	id   runlog.RolloutID
+	pend []runlog.Staged
+}
+
+func (r *recorder) Record(ctx context.Context, evs ...runlog.Event) error {
+	if _, err := r.c.o.Log.Append(ctx, evs...); err != nil {
+		r.refused(err)
+		return err
+	}
+	r.cache(evs)
+	r.crashAtCalls(evs)
+	return nil
+}
+
+func (r *recorder) crashAtCalls(evs []runlog.Event) {
+	for _, ev := range evs {
+		if _, ok := ev.(runlog.CallFinished); ok {
+			r.c.o.Crash("call.logged")
+		}
+	}
+}
+
+// Stage stages evs (runlog.Log.Stage), kept for Settle; the cache takes
+// them at once (a log that fails to make them durable fails the run).
+func (r *recorder) Stage(ctx context.Context, evs ...runlog.Event) error {
+	st, err := r.c.o.Log.Stage(ctx, evs...)
+	if err != nil {
+		r.refused(err)
+		return err
+	}
+	r.cache(evs)
+	r.pend = append(r.pend, st)
+	// The crash point fires once staged, maybe before the fsync: a kill
+	// there loses the call or not, and the resume must be right either way.
+	r.crashAtCalls(evs)
+	return nil
+}
+
+// Settle waits until every staged call record is durable.
+func (r *recorder) Settle() error {
+	var first error
+	for i, st := range r.pend {
+		if _, err := st.Wait(); err != nil && first == nil {
+			first = err
+		}
+		r.pend[i] = runlog.Staged{}
+	}
+	r.pend = r.pend[:0]
+	return first
+}
+
+func (r *recorder) refused(err error) {
+	if errors.Is(err, runlog.ErrStaleAttempt) {
+		// A late answer of a fenced attempt: discarded, counted.
+		r.c.lateResults.Add(1)
+	}
+}
+
+func (r *recorder) cache(evs []runlog.Event) {
+	r.c.evMu.Lock()
+	if cached, ok := r.c.events[r.id]; ok {
+		r.c.events[r.id] = append(cached, evs...)
+	}
+	r.c.evMu.Unlock()
 }

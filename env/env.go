@@ -54,6 +54,14 @@ type Snapshotter interface {
 	Restore(ctx context.Context, state []byte) error
 }
 
+// InProcess marks an environment that acts on nothing outside the process:
+// its whole state is in memory, and resume rebuilds it from the log. The
+// rollout loop lets it step on a model call whose record is staged but not
+// yet fsync'd (a crash loses both, and the call is generated again). An
+// environment with any effect outside (a server, a file, a subprocess) must
+// not implement it.
+type InProcess interface{ InProcess() }
+
 // ErrUnknown is returned for an environment name that is not registered.
 var ErrUnknown = errors.New("env: unknown environment")
 

@@ -133,6 +133,9 @@ func (g *Guess) Step(_ context.Context, action string) (StepResult, error) {
 }
 
 // Close ends the episode.
+// InProcess implements InProcess: the episode lives in memory only.
+func (*Guess) InProcess() {}
+
 func (g *Guess) Close(context.Context) error { g.open = false; return nil }
 
 // Snapshot returns the episode state as JSON.

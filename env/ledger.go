@@ -197,6 +197,9 @@ func signed(d int) string {
 }
 
 // Close ends the episode.
+// InProcess implements InProcess: the episode lives in memory only.
+func (*Ledger) InProcess() {}
+
 func (l *Ledger) Close(context.Context) error { l.open = false; return nil }
 
 // Snapshot returns the episode state as JSON.

@@ -138,7 +138,7 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 			c.Selected, c.Reject = false, verr.Error()
 		}
 	}
-	if err := l.record(ctx, c); err != nil {
+	if err := l.recordCall(ctx, c); err != nil {
 		return c, err
 	}
 	l.nextCall++

@@ -75,6 +75,11 @@ func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 			}
 		}
 	}
+	// Nothing is returned (a result, a failure) before a staged call is
+	// durable: the caller's next effect may leave the process.
+	if serr := l.settle(); serr != nil && err == nil {
+		err = serr
+	}
 	if l.env != nil {
 		// Close even if ctx is done: a remote session must not leak.
 		if cerr := l.env.Close(context.WithoutCancel(ctx)); cerr != nil {
@@ -169,6 +174,10 @@ type loop struct {
 	// append takes them first, and no effect runs while any is held.
 	held    []runlog.Event
 	heldBuf [4]runlog.Event // held's first array, in the loop's own allocation
+	// stager is the recorder when call records are staged (stage.go);
+	// staged: call records are staged and not yet settled.
+	stager Stager
+	staged bool
 }
 
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
@@ -289,7 +298,9 @@ func (l *loop) record(ctx context.Context, ev runlog.Event) error {
 	if err != nil {
 		return &recordError{err}
 	}
-	return nil
+	// A staged call went out before ev, so it is durable now: settle
+	// only collects its outcome.
+	return l.settle()
 }
 
 // hold records ev with the loop's next append: for an environment step,
@@ -318,7 +329,7 @@ func (l *loop) flush(ctx context.Context) error {
 	if err != nil {
 		return &recordError{err}
 	}
-	return nil
+	return l.settle()
 }
 
 func (l *loop) run(ctx context.Context) (Result, error) {
@@ -327,6 +338,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 		return Result{}, classify("env.new", err)
 	}
 	l.env = e
+	l.startStaging(e)
 	// The framing (generation prompt, stop tokens) serves both the loop's
 	// own calls and an external agent's.
 	if err := l.frame(ctx); err != nil {

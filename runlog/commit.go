@@ -40,33 +40,59 @@ func (r *request) answer() { r.done <- struct{}{} }
 // waits for their outcome even if ctx is cancelled (the append may already
 // be durable). After Close it returns ErrClosed.
 func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
-	if len(evs) == 0 {
-		return 0, errors.New("runlog: append of no events")
-	}
-	if err := ctx.Err(); err != nil {
+	s, err := l.Stage(ctx, evs...)
+	if err != nil {
 		return 0, err
 	}
-	var t0 time.Time
+	return s.Wait()
+}
+
+// Staged is an append that Stage validated and ordered but that may not be
+// durable yet. Wait must be called exactly once.
+type Staged struct {
+	l   *Log
+	req *request
+	t0  time.Time
+}
+
+// Stage is the first half of Append: it validates evs and stages them as
+// one atomic append, ordered after every append staged before it, and
+// returns without waiting for the fsync. An invalid event, a failed or
+// closed log, or a done ctx is reported here and nothing is staged.
+//
+// Durability is a prefix of the staging order: once an append staged
+// later is durable, so is this one. That lets a caller whose next effect
+// stays inside the process go on before the fsync, and wait (here, or on a
+// later Append) only before an effect outside it.
+func (l *Log) Stage(ctx context.Context, evs ...Event) (Staged, error) {
+	if len(evs) == 0 {
+		return Staged{}, errors.New("runlog: append of no events")
+	}
+	if err := ctx.Err(); err != nil {
+		return Staged{}, err
+	}
+	s := Staged{l: l}
 	if l.opts.OnAppend != nil {
-		t0 = time.Now()
+		s.t0 = time.Now()
 	}
 	req := requests.Get().(*request)
 	// A copy, so the caller's variadic slice does not escape to the heap.
 	req.evs = append(req.evs[:0], evs...)
-	defer func() {
-		clear(req.evs)
-		req.evs, req.off, req.err = req.evs[:0], 0, nil
-		requests.Put(req)
-	}()
+	s.req = req
 	l.stageMu.Lock()
 	for len(l.cur.reqs) >= l.opts.MaxBatch && !l.closed {
 		l.room.Wait()
 	}
 	if l.closed {
 		l.stageMu.Unlock()
-		return 0, ErrClosed
+		s.release()
+		return Staged{}, ErrClosed
 	}
-	l.stage(req)
+	if err := l.stage(req); err != nil {
+		l.stageMu.Unlock()
+		s.release()
+		return Staged{}, err
+	}
 	n := len(l.cur.reqs)
 	kick := l.idle && n > 0 && (n == 1 || n >= l.want || n >= l.opts.MaxBatch)
 	l.stageMu.Unlock()
@@ -76,11 +102,27 @@ func (l *Log) Append(ctx context.Context, evs ...Event) (Offset, error) {
 		default:
 		}
 	}
-	<-req.done
-	if req.err == nil && l.opts.OnAppend != nil {
-		l.opts.OnAppend(time.Since(t0))
+	return s, nil
+}
+
+// Wait returns the offset of the staged append's first event once all its
+// events are durable, or the error that failed the log.
+func (s Staged) Wait() (Offset, error) {
+	<-s.req.done
+	off, err := s.req.off, s.req.err
+	if err == nil && s.l.opts.OnAppend != nil {
+		s.l.opts.OnAppend(time.Since(s.t0))
 	}
-	return req.off, req.err
+	s.release()
+	return off, err
+}
+
+// release recycles the request once nothing will answer it again.
+func (s Staged) release() {
+	r := s.req
+	clear(r.evs)
+	r.evs, r.off, r.err = r.evs[:0], 0, nil
+	requests.Put(r)
 }
 
 // A unit is a batch of appends staged together and made durable by one
@@ -180,12 +222,10 @@ func (l *Log) failure() error {
 }
 
 // stage validates and encodes one append into the current unit, or
-// answers it with the reason it was rejected.
-func (l *Log) stage(r *request) {
+// returns the reason it was rejected (nothing of it staged).
+func (l *Log) stage(r *request) error {
 	if err := l.failure(); err != nil {
-		r.err = err
-		r.answer()
-		return
+		return err
 	}
 	u := l.cur
 	bm, pm, am := len(u.recs), l.pack.mark(), len(u.acc)
@@ -212,7 +252,7 @@ func (l *Log) stage(r *request) {
 	}
 	if err == nil {
 		u.reqs = append(u.reqs, r)
-		return
+		return nil
 	}
 	u.recs = u.recs[:bm]
 	l.pack.rollback(pm)
@@ -221,8 +261,7 @@ func (l *Log) stage(r *request) {
 		u.acc = u.acc[:am]
 		l.rebuildW()
 	}
-	r.err = err
-	r.answer()
+	return err
 }
 
 // rebuildW recomputes the staged state as the durable state plus every
