@@ -284,8 +284,24 @@ func (l *loop) diverged(want string) error {
 
 // record makes ev durable, in one append with the events held before it.
 func (l *loop) record(ctx context.Context, ev runlog.Event) error {
+	if err := l.appendHeld(ctx, ev, false); err != nil {
+		return err
+	}
+	// A staged call went out before ev, so it is durable now: settle
+	// only collects its outcome.
+	return l.settle()
+}
+
+// appendHeld appends the held events and ev as one append: recorded, or
+// staged (stage.go).
+func (l *loop) appendHeld(ctx context.Context, ev runlog.Event, stage bool) error {
 	l.held = append(l.held, ev)
-	err := l.s.Recorder.Record(ctx, l.held...)
+	var err error
+	if stage {
+		err = l.stager.Stage(ctx, l.held...)
+	} else {
+		err = l.s.Recorder.Record(ctx, l.held...)
+	}
 	if err != nil && len(l.held) > 1 && ctx.Err() != nil {
 		// Cancelled before the append: the held steps were taken (and a
 		// held compaction decided), so they are logged on their own; ev is not.
@@ -298,9 +314,7 @@ func (l *loop) record(ctx context.Context, ev runlog.Event) error {
 	if err != nil {
 		return &recordError{err}
 	}
-	// A staged call went out before ev, so it is durable now: settle
-	// only collects its outcome.
-	return l.settle()
+	return nil
 }
 
 // hold records ev with the loop's next append: for an environment step,

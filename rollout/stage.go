@@ -49,19 +49,8 @@ func (l *loop) recordCall(ctx context.Context, c runlog.CallFinished) error {
 	if l.stager == nil {
 		return l.record(ctx, c)
 	}
-	l.held = append(l.held, c)
-	err := l.stager.Stage(ctx, l.held...)
-	if err != nil && len(l.held) > 1 && ctx.Err() != nil {
-		// As in record: the held steps were taken, so they are logged on
-		// their own; the call is not.
-		if herr := l.s.Recorder.Record(context.WithoutCancel(ctx), l.held[:len(l.held)-1]...); herr != nil {
-			l.log.Warn("logging held events", "rollout", l.s.Rollout, "err", herr)
-		}
-	}
-	clear(l.held)
-	l.held = l.held[:0]
-	if err != nil {
-		return &recordError{err}
+	if err := l.appendHeld(ctx, c, true); err != nil {
+		return err
 	}
 	l.staged = true
 	return nil
