@@ -95,3 +95,34 @@ func TestLockThroughSeam(t *testing.T) {
 	}
 	l2.Unlock()
 }
+
+// TestRunLogSyncFailsWhileCallsAreStaged: an fsync of the run log's chunk
+// fails (a synthetic EIO from storage.Faulty, not a real disk) in the
+// middle of the RL steps, where the built-in environment's calls are
+// staged and acted on before their fsync. The run stops with the log's
+// error instead of going on or hanging, and a resume on a healthy disk
+// ends with the uninterrupted run's weights.
+func TestRunLogSyncFailsWhileCallsAreStaged(t *testing.T) {
+	cfg := tiny(t, "run.max_steps=6")
+	ref := t.TempDir()
+	if err := Train(context.Background(), cfg, Options{RunDir: ref}); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []int{12, 25} {
+		dir := t.TempDir()
+		f := &storage.Faulty{FS: storage.OS, Fault: storage.FailSync, At: at, Match: ".seg"}
+		err := Train(context.Background(), cfg, Options{RunDir: dir, FS: f})
+		if !f.Fired() || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "log failed") {
+			t.Fatalf("fsync %d failed: err = %v (fired %v); want the log's EIO", at, err, f.Fired())
+		}
+		t.Logf("fsync %d: %v", at, err)
+		if err := Train(context.Background(), cfg, Options{RunDir: dir}); err != nil {
+			t.Fatalf("resume on a healthy disk after fsync %d failed: %v", at, err)
+		}
+		want, _ := os.ReadFile(filepath.Join(ref, WeightsFile))
+		got, _ := os.ReadFile(filepath.Join(dir, WeightsFile))
+		if len(want) == 0 || !bytes.Equal(want, got) {
+			t.Fatalf("after fsync %d failed, the resumed weights (%d bytes) differ from the uninterrupted run's (%d bytes)", at, len(got), len(want))
+		}
+	}
+}
