@@ -197,7 +197,7 @@ func groupOutcome(g *runlog.Group, rf ctlconfig.RolloutFailure) runlog.Event {
 // the next epoch's shuffle at an epoch's end.
 func admissions(st *runlog.State, s int64, cfg *Config, order *data.Order) ([]runlog.Event, error) {
 	var groups []*runlog.Group
-	for _, id := range st.Order {
+	for _, id := range st.Unsettled() {
 		if g := st.Groups[id]; g.AdmittedFor == s {
 			groups = append(groups, g)
 		}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/data"
@@ -95,4 +96,57 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkPlanLongRun is the planner's per-plan scan (genDone for the next
+// step: its round and admissions) after 100 and after 2,000 trained steps
+// of 8 groups. The scans skip the groups done with (runlog.State.Unsettled),
+// so the cost should not grow with the run's length.
+//
+//	go test ./controller -run '^$' -bench PlanLongRun
+func BenchmarkPlanLongRun(b *testing.B) {
+	for _, steps := range []int64{100, 2000} {
+		b.Run(fmt.Sprintf("steps=%d", steps), func(b *testing.B) {
+			cfg := ctl(b, testConfig(b, "data.num_prompts=4096", "grpo.num_prompts_per_step=8", "grpo.num_generations_per_prompt=8"))
+			ds := data.NewGenerated(4096, func(i int) (data.Prompt, error) {
+				return data.Prompt{ID: "p", Task: []byte(`{}`)}, nil
+			})
+			order, _ := data.NewOrder(ds, cfg.Run.Seed, true)
+			st := runlog.NewState()
+			must := func(ev runlog.Event) {
+				if err := runlog.Apply(st, ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+			must(runlog.RunStarted{Seed: cfg.Run.Seed, Mode: "deterministic"})
+			for k := int64(1); k <= steps; k++ {
+				adm, err := admissions(st, k, cfg, order)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var groups []runlog.GroupID
+				for _, ev := range adm {
+					must(ev)
+					a := ev.(runlog.PromptAdmitted)
+					for m := range a.Size {
+						id := runlog.RolloutID{Group: a.Group, Member: m}
+						must(runlog.AttemptStarted{Rollout: id, Attempt: 1})
+						must(runlog.RolloutSealed{Rollout: id, Attempt: 1, Outcome: runlog.OutcomeCompleted})
+					}
+					must(runlog.GroupCommitted{Group: a.Group})
+					groups = append(groups, a.Group)
+				}
+				must(runlog.StepTrained{Step: k, Groups: groups, Version: k})
+			}
+			running := map[runlog.GroupID]bool{}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if genDone(st, steps+1, cfg, order, running) {
+					b.Fatal("the next step is generated before it started")
+				}
+			}
+			b.ReportMetric(float64(len(st.Order)), "groups")
+		})
+	}
 }

@@ -20,7 +20,7 @@ import (
 // groupsFor returns the groups admitted for step s, in admission order.
 func (c *Controller) groupsFor(s int64) (out []*runlog.Group, cursor data.Cursor) {
 	c.o.Log.View(func(st *runlog.State) {
-		for _, id := range st.Order {
+		for _, id := range st.Unsettled() {
 			if g := st.Groups[id]; g.ForStep == s {
 				out = append(out, g.Clone())
 			}

@@ -188,7 +188,7 @@ func genRound(st *runlog.State, s int64, cfg *Config, order *data.Order, running
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, id := range st.Order {
+	for _, id := range st.Unsettled() {
 		g := st.Groups[id]
 		if g.ForStep != s || g.Status != runlog.GroupStatusOpen || running[id] {
 			continue
@@ -235,7 +235,7 @@ func dataEnded(st *runlog.State, k int64, cfg *Config, running map[runlog.GroupI
 	if cfg.Run.MaxEpochs <= 0 {
 		return false
 	}
-	for _, id := range st.Order {
+	for _, id := range st.Unsettled() {
 		if g := st.Groups[id]; g.ForStep == k && (g.AdmittedFor == k || g.Status != runlog.GroupStatusDropped || running[id]) {
 			return false
 		}

@@ -280,6 +280,7 @@ func apply(s *State, ev Event, off Offset) error {
 		}
 		s.Step, s.Version = v.Step, v.Version
 		s.Trained = append(s.Trained, TrainedStep{Step: v.Step, Version: v.Version, Groups: slices.Clone(v.Groups)})
+		s.settle()
 	case CheckpointDurable:
 		if v.Step > s.Step || v.Step < 0 {
 			return invalid("checkpoint of step %d, but the run is at step %d", v.Step, s.Step)
@@ -308,6 +309,8 @@ func apply(s *State, ev Event, off Offset) error {
 		clear(s.Trained[n:])
 		s.Trained = s.Trained[:n]
 		s.Step, s.Version = v.Step, v.Version
+		s.settled = 0 // the undone steps' groups are committed again
+		s.settle()
 	default:
 		return fmt.Errorf("%w: %T", ErrUnknownKind, ev)
 	}

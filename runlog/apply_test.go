@@ -244,6 +244,12 @@ func TestModelRunsLong(t *testing.T) {
 	if s.Step == 0 || s.Counts[KindCompaction] == 0 || s.Counts[KindRolloutFailed] == 0 || s.Counts[KindRewound] == 0 {
 		t.Fatalf("model run too narrow: step %d counts %v", s.Step, s.Counts)
 	}
+	// The planner's scans skip the settled head (genRun checks that it
+	// holds only groups done with); in a long run it must grow.
+	if s.settled == 0 {
+		t.Fatalf("nothing settled after %d steps (%d groups)", s.Step, len(s.Order))
+	}
+	t.Logf("step %d: %d of %d groups settled", s.Step, s.settled, len(s.Order))
 }
 
 func TestRewound(t *testing.T) {

@@ -483,6 +483,11 @@ func TestLogSnapshotProperty(t *testing.T) {
 		if viewDigest(l) != want {
 			rt.Fatalf("state from snapshot + tail differs from the live state")
 		}
+		l.View(func(s *State) {
+			if err := settledOK(s); err != nil {
+				rt.Fatalf("state from snapshot + tail: %v", err)
+			}
+		})
 		offs, all := logEvents(t, l)
 		if foldAt(t, offs, all).Digest() != want {
 			rt.Fatalf("state differs from a full fold")

@@ -1,6 +1,7 @@
 package runlog
 
 import (
+	"fmt"
 	"math/rand/v2"
 
 	"pgregory.net/rapid"
@@ -140,7 +141,27 @@ func genRun(s *State, c chooser, n int, fail func(string, ...any)) []Event {
 			fail("model proposed an invalid event %#v: %v", ev, err)
 			return evs
 		}
+		if err := settledOK(s); err != nil {
+			fail("after %#v: %v", ev, err)
+			return evs
+		}
 		evs = append(evs, ev)
 	}
 	return evs
+}
+
+// settledOK checks State.settled: every group in the settled head is done
+// with (trained or dropped, scheduled and admitted for a trained step), so
+// no query about a later step can need it.
+func settledOK(s *State) error {
+	if s.settled < 0 || s.settled > len(s.Order) {
+		return fmt.Errorf("settled %d of %d groups", s.settled, len(s.Order))
+	}
+	for _, id := range s.Order[:s.settled] {
+		g := s.Groups[id]
+		if (g.Status != GroupStatusTrained && g.Status != GroupStatusDropped) || g.ForStep > s.Step || g.AdmittedFor > s.Step {
+			return fmt.Errorf("group %s (%v, for step %d, admitted for %d) is in the settled head at step %d", id, g.Status, g.ForStep, g.AdmittedFor, s.Step)
+		}
+	}
+	return nil
 }

@@ -537,6 +537,7 @@ func (l *Log) loadChain(off uint64) (*State, []snapMeta, error) {
 		metas[i].trained, metas[i].ckpts = len(s.Trained), len(s.Checkpoints)
 	}
 	rebuildOrder(s)
+	s.settle()
 	return s, metas, nil
 }
 

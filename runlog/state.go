@@ -189,6 +189,14 @@ type State struct {
 	LastSnapshot SnapshotWritten
 	Applied      uint64           // events applied
 	Counts       [numKinds]uint64 // events applied, by kind
+
+	// settled counts the leading groups of Order that are done with: each
+	// trained or dropped, scheduled and admitted for a step already
+	// trained. Nothing that happens to a step after Step involves them,
+	// so the planner's per-step scans skip them (Unsettled) and stay
+	// O(groups in flight) however long the run; only a rewind brings them
+	// back. Derived, not encoded: Apply and snapshot loading keep it.
+	settled int
 }
 
 // NewState returns the state of an empty log.
@@ -231,9 +239,29 @@ func (s *State) Committed() []GroupID { return s.groupsWith(GroupStatusCommitted
 // TrainedGroups returns the trained groups in admission order.
 func (s *State) TrainedGroups() []GroupID { return s.groupsWith(GroupStatusTrained) }
 
+// Unsettled returns Order without its settled head: every group a step
+// after Step, or a group open or committed, can involve, in admission
+// order. The caller must not change it.
+func (s *State) Unsettled() []GroupID { return s.Order[s.settled:] }
+
+// settle advances settled over the groups now done with.
+func (s *State) settle() {
+	for s.settled < len(s.Order) {
+		g := s.Groups[s.Order[s.settled]]
+		if (g.Status != GroupStatusTrained && g.Status != GroupStatusDropped) || g.ForStep > s.Step || g.AdmittedFor > s.Step {
+			return
+		}
+		s.settled++
+	}
+}
+
 func (s *State) groupsWith(st GroupStatus) []GroupID {
 	var out []GroupID
-	for _, id := range s.Order {
+	order := s.Order
+	if st == GroupStatusOpen || st == GroupStatusCommitted {
+		order = s.Unsettled()
+	}
+	for _, id := range order {
 		if s.Groups[id].Status == st {
 			out = append(out, id)
 		}

@@ -15,8 +15,11 @@ grep -q '^longhaul version ' "$work/version"
 
 run=$work/run
 port=$(( 20000 + RANDOM % 20000 ))
+# 2000 steps, so that a fast machine is still training when the 1 s progress
+# line and the scrape come (the tiny config's 20 steps take ~1 s there); the
+# run is interrupted long before its end.
 timeout 300 "$bin" train --config examples/ledger-tiny.yaml --run-dir "$run" --log-level warn \
-  --progress-every 1s --metrics-addr "127.0.0.1:$port" >"$work/out1" 2>&1 &
+  --progress-every 1s --metrics-addr "127.0.0.1:$port" run.max_steps=2000 >"$work/out1" 2>&1 &
 pid=$!
 step=0
 for _ in $(seq 1 600); do
@@ -38,9 +41,13 @@ wait "$pid" || { echo "SIGINT: exit $?, want 0"; cat "$work/out1"; exit 1; }
 grep -q 'resume with:' "$work/out1" || { echo "no resume command"; cat "$work/out1"; exit 1; }
 grep -q '^progress: ' "$work/out1" || { echo "no plain progress lines"; cat "$work/out1"; exit 1; }
 
-timeout 300 "$bin" train --config examples/ledger-tiny.yaml --run-dir "$run" --no-progress --log-level warn >"$work/out2" 2>&1
+# Resumed to 5 steps past the interrupted one (max_steps is allowed to change).
+done1=$(wc -l <"$run/metrics.jsonl")
+want=$(( done1 + 5 ))
+timeout 300 "$bin" train --config examples/ledger-tiny.yaml --run-dir "$run" --no-progress --log-level warn \
+  "run.max_steps=$want" --allow-config-change run.max_steps >"$work/out2" 2>&1
 rows=$(wc -l <"$run/metrics.jsonl")
-[ "$rows" -eq 20 ] || { echo "metrics.jsonl has $rows rows, want 20"; exit 1; }
+[ "$rows" -eq "$want" ] || { echo "metrics.jsonl has $rows rows, want $want ($done1 before the resume)"; cat "$work/out2"; exit 1; }
 test -s "$run/tb/events.out.tfevents.longhaul"
 test -s "$run/learning_curve.png"
 timeout 60 "$bin" plot --compare "$run" "$run" --out "$work/compare.png" >/dev/null
