@@ -20,18 +20,7 @@ import (
 //
 //	go test ./controller -run '^$' -bench Decide -benchmem
 func BenchmarkDecide(b *testing.B) {
-	cfg := ctl(b, testConfig(b, "data.num_prompts=4096", "grpo.num_prompts_per_step=1250", "grpo.num_generations_per_prompt=8"))
-	ds := data.NewGenerated(4096, func(i int) (data.Prompt, error) {
-		return data.Prompt{ID: "p", Task: []byte(`{}`)}, nil
-	})
-	order, _ := data.NewOrder(ds, cfg.Run.Seed, true)
-	st := runlog.NewState()
-	must := func(ev runlog.Event) {
-		if err := runlog.Apply(st, ev); err != nil {
-			b.Fatal(err)
-		}
-	}
-	must(runlog.RunStarted{Seed: cfg.Run.Seed, Mode: "deterministic"})
+	cfg, order, st, must := benchRun(b, 1250)
 	adm, err := admissions(st, 1, cfg, order)
 	if err != nil {
 		b.Fatal(err)
@@ -107,18 +96,7 @@ func BenchmarkDecide(b *testing.B) {
 func BenchmarkPlanLongRun(b *testing.B) {
 	for _, steps := range []int64{100, 2000} {
 		b.Run(fmt.Sprintf("steps=%d", steps), func(b *testing.B) {
-			cfg := ctl(b, testConfig(b, "data.num_prompts=4096", "grpo.num_prompts_per_step=8", "grpo.num_generations_per_prompt=8"))
-			ds := data.NewGenerated(4096, func(i int) (data.Prompt, error) {
-				return data.Prompt{ID: "p", Task: []byte(`{}`)}, nil
-			})
-			order, _ := data.NewOrder(ds, cfg.Run.Seed, true)
-			st := runlog.NewState()
-			must := func(ev runlog.Event) {
-				if err := runlog.Apply(st, ev); err != nil {
-					b.Fatal(err)
-				}
-			}
-			must(runlog.RunStarted{Seed: cfg.Run.Seed, Mode: "deterministic"})
+			cfg, order, st, must := benchRun(b, 8)
 			for k := int64(1); k <= steps; k++ {
 				adm, err := admissions(st, k, cfg, order)
 				if err != nil {
@@ -149,4 +127,22 @@ func BenchmarkPlanLongRun(b *testing.B) {
 			b.ReportMetric(float64(len(st.Order)), "groups")
 		})
 	}
+}
+
+// benchRun is a started deterministic run's state over 4,096 prompts with
+// perStep groups of 8 a step, and must, which applies an event to it.
+func benchRun(b *testing.B, perStep int) (*Config, *data.Order, *runlog.State, func(runlog.Event)) {
+	cfg := ctl(b, testConfig(b, "data.num_prompts=4096", fmt.Sprintf("grpo.num_prompts_per_step=%d", perStep), "grpo.num_generations_per_prompt=8"))
+	ds := data.NewGenerated(4096, func(i int) (data.Prompt, error) {
+		return data.Prompt{ID: "p", Task: []byte(`{}`)}, nil
+	})
+	order, _ := data.NewOrder(ds, cfg.Run.Seed, true)
+	st := runlog.NewState()
+	must := func(ev runlog.Event) {
+		if err := runlog.Apply(st, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(runlog.RunStarted{Seed: cfg.Run.Seed, Mode: "deterministic"})
+	return cfg, order, st, must
 }
