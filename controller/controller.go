@@ -85,6 +85,11 @@ type Options struct {
 	GenBoundsCalls bool
 	// FS is the storage seam checkpoints are written through (nil: the OS).
 	FS storage.FS
+	// FinalWeights, when set, is where the trainer's weights are exported
+	// once the run ends. The export is part of the run, so a trainer that
+	// lost its state after the last step is restored and the steps since
+	// its newest checkpoint trained again before the export, not after.
+	FinalWeights string
 }
 
 // Progress is what the progress display shows after each step.

@@ -160,6 +160,8 @@ type harness struct {
 	// published is the version the fake generator serves (and stamps on
 	// its results), as Publish set it.
 	published atomic.Int64
+	// final is the run's FinalWeights (empty: none exported).
+	final string
 }
 
 func newHarness(t testing.TB, cfg *config.Config) *harness {
@@ -199,7 +201,8 @@ func (h *harness) runWith(ctx context.Context, tr train.Trainer) error {
 	}
 	defer mw.Close()
 	c, err := New(Options{Config: *ctl(h.t, h.cfg), RunDir: h.dir, Log: l, Dataset: h.ds, Envs: h.reg, Generator: h.gen,
-		Trainer: tr, Publish: func(_ context.Context, v int64) error { h.published.Store(v); return nil }, Metrics: mw})
+		Trainer: tr, Publish: func(_ context.Context, v int64) error { h.published.Store(v); return nil }, Metrics: mw,
+		FinalWeights: h.final})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func (c *Controller) loop(ctx context.Context) error {
 			genSince, cpuSince = c.now(), c.o.CPU()
 		}
 		if rd.Done {
-			return c.finish(rd)
+			return c.finish(ctx, rd)
 		}
 		if len(rd.Append) > 0 || rd.Train > 0 {
 			// The appended events may enable more (a spare to admit, the
@@ -295,12 +295,20 @@ func (c *Controller) logOutcome(ev runlog.Event) {
 
 // finish ends the run: at run.max_steps, or when run.max_epochs used up
 // the data (the last step's checkpoint is already written: the planner
-// made it due first).
-func (c *Controller) finish(rd Ready) error {
+// made it due first), and exports the final weights.
+func (c *Controller) finish(ctx context.Context, rd Ready) error {
 	if rd.DataEnded {
 		var last int64
 		c.o.Log.View(func(s *runlog.State) { last = s.Step })
 		c.log.Info("run.max_epochs reached: the data is used up", "epochs", c.cfg.Run.MaxEpochs, "last_step", last, "next_step", rd.NextStep)
+	}
+	if c.o.FinalWeights == "" {
+		return nil
+	}
+	// A trainer that lost its state fails this with train.ErrStateLost,
+	// which runRecovering answers as it does mid-run.
+	if err := c.o.Trainer.ExportWeights(ctx, c.o.FinalWeights); err != nil {
+		return fmt.Errorf("controller: final weights: %w", err)
 	}
 	return nil
 }

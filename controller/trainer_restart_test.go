@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -88,6 +89,60 @@ func TestTrainerLostStateRecovers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// exportLosingTrainer loses its state (back at step 0) at its first
+// ExportWeights call, as a serve-trainer SIGKILLed and started again
+// between the last step and the final export does; it records the step
+// its weights were at when an export succeeded.
+type exportLosingTrainer struct {
+	*fakeTrainer
+	exports  int
+	exported []int64
+}
+
+func (t *exportLosingTrainer) ExportWeights(ctx context.Context, path string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.exports++; t.exports == 1 {
+		was := t.v
+		t.v = 0
+		return fmt.Errorf("trainer came back at step 0, the run expected %d: %w", was, train.ErrStateLost)
+	}
+	t.exported = append(t.exported, t.v)
+	return nil
+}
+
+// TestTrainerLostStateBeforeFinalWeights: a trainer that loses its state
+// after the last step, when the final weights are exported, is restored
+// and the rewound steps trained again from the log, so the exported
+// weights are the last step's (not the restarted trainer's step 0, and
+// not an error at the end of a finished run).
+func TestTrainerLostStateBeforeFinalWeights(t *testing.T) {
+	over := []string{"run.max_steps=3"}
+	ref := newHarness(t, testConfig(t, over...))
+	if err := ref.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, testConfig(t, over...))
+	h.final = filepath.Join(h.dir, "weights.safetensors")
+	et := &exportLosingTrainer{fakeTrainer: h.tr}
+	if err := h.runWith(context.Background(), et); err != nil {
+		t.Fatalf("run whose trainer lost its state at the final export: %v", err)
+	}
+	if !slices.Equal(et.exported, []int64{3}) {
+		t.Fatalf("exports succeeded with the trainer at steps %v, want [3]", et.exported)
+	}
+	if got, want := trainedGroups(h.state()), trainedGroups(ref.state()); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("trained groups %v, want the uninterrupted run's %v", got, want)
+	}
+	h.gen.mu.Lock()
+	defer h.gen.mu.Unlock()
+	for k, n := range h.gen.calls {
+		if n != 1 {
+			t.Fatalf("call %s generated %d times", k, n)
+		}
 	}
 }
 

@@ -198,6 +198,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		Publish: parts.publish, WarmStart: parts.warmStart, Describe: parts.describeAll(),
 		Fence: parts.fence, GenBoundsCalls: parts.boundsCalls,
 		Metrics: sinks, Logger: log, Crash: opts.Crash, Progress: opts.Progress, FS: fs,
+		FinalWeights: filepath.Join(dir, WeightsFile),
 	})
 	if err != nil {
 		return err
@@ -213,9 +214,6 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	if err := c.Run(ctx); err != nil {
 		return err
-	}
-	if err := parts.tr.ExportWeights(ctx, filepath.Join(dir, WeightsFile)); err != nil {
-		return fmt.Errorf("runner: final weights: %w", err)
 	}
 	return PlotRun(dir)
 }
