@@ -162,6 +162,8 @@ type harness struct {
 	published atomic.Int64
 	// final is the run's FinalWeights (empty: none exported).
 	final string
+	// wrap, when set, is put around the fake generator.
+	wrap func(gen.Generator) gen.Generator
 }
 
 func newHarness(t testing.TB, cfg *config.Config) *harness {
@@ -200,7 +202,11 @@ func (h *harness) runWith(ctx context.Context, tr train.Trainer) error {
 		h.t.Fatal(err)
 	}
 	defer mw.Close()
-	c, err := New(Options{Config: *ctl(h.t, h.cfg), RunDir: h.dir, Log: l, Dataset: h.ds, Envs: h.reg, Generator: h.gen,
+	var g gen.Generator = h.gen
+	if h.wrap != nil {
+		g = h.wrap(g)
+	}
+	c, err := New(Options{Config: *ctl(h.t, h.cfg), RunDir: h.dir, Log: l, Dataset: h.ds, Envs: h.reg, Generator: g,
 		Trainer: tr, Publish: func(_ context.Context, v int64) error { h.published.Store(v); return nil }, Metrics: mw,
 		FinalWeights: h.final})
 	if err != nil {

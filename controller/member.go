@@ -70,7 +70,11 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
 		cctx, ccancel := context.WithCancelCause(actx)
 		ct := c.attemptTimer(ccancel)
-		_, err = rollout.Run(cctx, c.spec(g, id, attempt, task, ct), prior)
+		// The attempt's calls are one gen.Caller's: the batcher closes a
+		// batch when the rollouts it answered are back (gen/caller.go).
+		caller := &gen.Caller{}
+		_, err = rollout.Run(gen.WithCaller(cctx, caller), c.spec(g, id, attempt, task, ct), prior)
+		caller.Leave()
 		ct.close()
 		ccancel(nil)
 		cancel()

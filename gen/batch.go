@@ -17,6 +17,7 @@ type Batcher struct {
 	window time.Duration
 	gap    time.Duration // a batch also closes this long after its latest arrival
 	queue  chan *pending
+	turns  *turns // known callers answered and not back (caller.go)
 }
 
 // burstGap closes a batch early once its burst of arrivals is over: the
@@ -26,7 +27,9 @@ type Batcher struct {
 // call). A quiet gap this long ends the gathering.
 const burstGap = 300 * time.Microsecond
 
-// laneBurstGap is the quiet gap before a generator with lanes: a batch
+// laneBurstGap is the quiet gap before a generator with lanes, for calls
+// of no known Caller (a known Caller's batch ends when every caller is
+// back: caller.go): a batch
 // only gathers this way while a lane is idle (while every lane is busy it
 // keeps gathering anyway), so there waiting costs a core. 30 µs still
 // takes in the returns of one burst; BenchmarkBatchedTurns (gen/embedded)
@@ -34,18 +37,20 @@ const burstGap = 300 * time.Microsecond
 const laneBurstGap = 30 * time.Microsecond
 
 type pending struct {
-	ctx  context.Context
-	reqs []Request
-	done chan struct{}
-	res  []Result
-	err  error
+	ctx    context.Context
+	caller *Caller // nil: no known caller
+	reqs   []Request
+	done   chan struct{}
+	res    []Result
+	err    error
 }
 
 // NewBatcher starts a batcher over inner that sends at most max requests per
-// call, waiting up to window after the first request for others to join,
-// but no longer than a short quiet gap (burstGap, or laneBurstGap where
-// inner has lanes; at most window) after the latest one. It runs until ctx
-// ends.
+// call, waiting up to window after the first request for others to join:
+// when the first is a known Caller's (WithCaller), until every caller it
+// answered is back or gone; otherwise no longer than a short quiet gap
+// (burstGap, or laneBurstGap where inner has lanes; at most window) after
+// the latest one. It runs until ctx ends.
 func NewBatcher(ctx context.Context, inner Generator, max int, window time.Duration) *Batcher {
 	gap := burstGap
 	if l, ok := inner.(Laned); ok && l.Lanes() > 1 {
@@ -58,7 +63,7 @@ func newBatcher(ctx context.Context, inner Generator, max int, window, gap time.
 	if max < 1 {
 		max = 1
 	}
-	b := &Batcher{inner: inner, max: max, window: window, gap: gap, queue: make(chan *pending, 4096)}
+	b := &Batcher{inner: inner, max: max, window: window, gap: gap, queue: make(chan *pending, 4096), turns: newTurns()}
 	go b.loop(ctx)
 	return b
 }
@@ -76,15 +81,23 @@ type Laned interface {
 // generation queue depth).
 func (b *Batcher) Queued() int { return len(b.queue) }
 
+// Away is the number of known callers (WithCaller) whose call b answered
+// and that have neither called again nor left: rollouts between turns.
+func (b *Batcher) Away() int { return int(b.turns.n.Load()) }
+
 // Generate queues reqs as one unit (a group's members stay together so the
 // inner generator can share their prompt prefix) and waits for the answer.
 func (b *Batcher) Generate(ctx context.Context, reqs []Request) ([]Result, error) {
-	p := &pending{ctx: ctx, reqs: reqs, done: make(chan struct{})}
+	p := &pending{ctx: ctx, caller: CallerFrom(ctx), reqs: reqs, done: make(chan struct{})}
 	select {
 	case b.queue <- p:
 	case <-ctx.Done():
+		p.caller.back()
 		return nil, ctx.Err()
 	}
+	// Back only once queued: a gatherer that sees the last caller back
+	// finds this call in the queue.
+	p.caller.back()
 	select {
 	case <-p.done:
 		return p.res, p.err
@@ -109,7 +122,9 @@ func (b *Batcher) loop(ctx context.Context) {
 }
 
 // gatherer collects a batch after its first request: until max requests,
-// the window after the first, or a quiet gap after the latest.
+// the window after the first, or, when the first has a known caller, every
+// answered caller back (then it takes what is queued), and otherwise a
+// quiet gap after the latest.
 type gatherer struct {
 	b     *Batcher
 	timer *time.Timer
@@ -138,19 +153,45 @@ func (g *gatherer) gather(ctx context.Context, first *pending) ([]*pending, int)
 	b := g.b
 	batch := []*pending{first}
 	n := len(first.reqs)
+	known := first.caller != nil
 	end := time.Now().Add(b.window)
-	wait := func() time.Duration { return max(0, min(time.Until(end), b.gap)) }
+	wait := func() time.Duration {
+		if known {
+			return max(0, time.Until(end))
+		}
+		return max(0, min(time.Until(end), b.gap))
+	}
 	g.timer.Reset(wait())
 	defer g.timer.Stop()
+	for n < b.max {
+		if known && b.turns.n.Load() == 0 {
+			return b.takeQueued(batch, n)
+		}
+		select {
+		case p := <-b.queue:
+			batch = append(batch, p)
+			n += len(p.reqs)
+			if !known {
+				g.timer.Reset(wait()) // (Go ≥ 1.23 timers: no stale fire survives Reset or Stop)
+			}
+		case <-b.turns.back: // the loop checks the count
+		case <-g.timer.C:
+			return batch, n
+		case <-ctx.Done():
+			return batch, n
+		}
+	}
+	return batch, n
+}
+
+// takeQueued adds to batch what is queued now, up to max requests.
+func (b *Batcher) takeQueued(batch []*pending, n int) ([]*pending, int) {
 	for n < b.max {
 		select {
 		case p := <-b.queue:
 			batch = append(batch, p)
 			n += len(p.reqs)
-			g.timer.Reset(wait()) // (Go ≥ 1.23 timers: no stale fire survives Reset or Stop)
-		case <-g.timer.C:
-			return batch, n
-		case <-ctx.Done():
+		default:
 			return batch, n
 		}
 	}
@@ -161,7 +202,8 @@ func (g *gatherer) gather(ctx context.Context, first *pending) ([]*pending, int)
 // every idle lane, split by whole units into parts of about equal rows; a
 // lane whose call ends takes the next batch at once instead of waiting for
 // the other lanes' slowest rows, and while every lane is busy the batch
-// keeps gathering. A lone unit of several requests that finds every lane
+// keeps gathering. A batch too large for one lane (holdBack) leaves the
+// busy lanes' shares queued for them. A lone unit of several requests that finds every lane
 // idle (a group's first call) runs as one whole-model call over all of
 // them; a lone request would decode on one core either way, and as a lane
 // call it leaves the other lane free for the next arrival.
@@ -172,10 +214,20 @@ func (b *Batcher) laneLoop(ctx context.Context, l Laned) {
 		free <- i
 	}
 	g := b.newGatherer()
+	var held []*pending // the busy lanes' shares of the last batch
 	for {
-		batch, n, ok := g.next(ctx)
-		if !ok {
-			return
+		var batch []*pending
+		var n int
+		if len(held) > 0 {
+			batch, held = held, nil
+			for _, p := range batch {
+				n += len(p.reqs)
+			}
+		} else {
+			var ok bool
+			if batch, n, ok = g.next(ctx); !ok {
+				return
+			}
 		}
 		var got []int
 		for len(got) == 0 {
@@ -212,6 +264,7 @@ func (b *Batcher) laneLoop(ctx context.Context, l Laned) {
 			}()
 			continue
 		}
+		batch, n, held = holdBack(batch, n, len(got), lanes, b.max)
 		parts := splitUnits(batch, n, min(len(got), len(batch)))
 		for k, pt := range parts {
 			go func(lane int) {
@@ -223,6 +276,29 @@ func (b *Batcher) laneLoop(ctx context.Context, l Laned) {
 			free <- i
 		}
 	}
+}
+
+// holdBack cuts from a batch of n requests, found by free of lanes idle,
+// the free lanes' share when the batch is more than one lane's share of
+// max: the rest stays queued for the busy lanes, which free soon, rather
+// than one lane running it all while they idle after. The first calls of
+// a step's rollouts arrive as one such batch (62 of 64 in the default
+// run, which one lane took 6 ms to answer, the other lane running the 2
+// stragglers' calls meanwhile). A smaller batch goes whole: splitting it
+// would add a call's fixed cost for little.
+func holdBack(batch []*pending, n, free, lanes, max int) (run []*pending, rn int, rest []*pending) {
+	if free >= lanes || n <= max/lanes {
+		return batch, n, nil
+	}
+	want, k := free*n/lanes, 0
+	for k < len(batch) && (k == 0 || rn < want) {
+		rn += len(batch[k].reqs)
+		k++
+	}
+	if k == len(batch) {
+		return batch, n, nil
+	}
+	return batch[:k:k], rn, batch[k:]
 }
 
 type part struct {
@@ -292,6 +368,8 @@ func (b *Batcher) run(ctx context.Context, batch []*pending, n int, l Laned, lan
 			p.err = err
 		} else {
 			p.res = res[off : off+len(p.reqs) : off+len(p.reqs)]
+			// Away before it is answered: it cannot be back before that.
+			p.caller.answered(b.turns)
 		}
 		off += len(p.reqs)
 		close(p.done)

@@ -435,6 +435,7 @@ func (l *loop) parse(sampled []int32) string {
 }
 
 func (l *loop) seal(ctx context.Context, outcome string) (Result, error) {
+	gen.Leave(ctx) // no more calls: a batcher need not wait for this rollout
 	if l.pos < len(l.prior) {
 		if _, ok := l.peek().(runlog.RolloutSealed); !ok {
 			return Result{}, l.diverged("RolloutSealed")

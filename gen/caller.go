@@ -1,0 +1,84 @@
+package gen
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// A Caller is one caller's sequence of calls, each made once the one
+// before it was answered: a rollout attempt, whose turns alternate between
+// the model and its environment. A Batcher counts a known Caller away from
+// when it answers its call until the caller calls again or leaves, and
+// closes a batch once every caller it answered is back, where it would
+// otherwise guess the end of a burst of returns from a quiet gap after the
+// latest. The guess cost both ways: a gap shorter than a burst's slowest
+// turn splits it into small calls, and a sub-millisecond timer fires late
+// whenever the process has nothing else to run (the runtime then sleeps in
+// epoll, whose timeout is in milliseconds): the 30 µs gap waited a median
+// 0.5 ms and a 90th percentile 1.4 ms in the default run, with requests
+// queued and a lane idle.
+type Caller struct {
+	mu   sync.Mutex
+	away *turns // the batcher that answered the last call, until back or left
+}
+
+// turns counts a batcher's callers that were answered and are not back.
+type turns struct {
+	n    atomic.Int64
+	back chan struct{} // capacity 1: n reached 0 (may be stale: read n)
+}
+
+func newTurns() *turns { return &turns{back: make(chan struct{}, 1)} }
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying c: the calls made with it are c's.
+func WithCaller(ctx context.Context, c *Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the Caller ctx carries, or nil.
+func CallerFrom(ctx context.Context) *Caller {
+	c, _ := ctx.Value(callerKey{}).(*Caller)
+	return c
+}
+
+// Leave says that the caller ctx carries makes no more calls (its rollout
+// ends), so no batcher waits for it. Without a caller, or repeated, it
+// does nothing.
+func Leave(ctx context.Context) { CallerFrom(ctx).back() }
+
+// Leave is Leave for c itself.
+func (c *Caller) Leave() { c.back() }
+
+// answered marks c away from t, before its call's answer is handed over
+// (so it cannot come back first).
+func (c *Caller) answered(t *turns) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.away == nil {
+		c.away = t
+		t.n.Add(1)
+	}
+}
+
+// back ends c's time away, telling its batcher when it was the last one.
+func (c *Caller) back() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	t := c.away
+	c.away = nil
+	c.mu.Unlock()
+	if t != nil && t.n.Add(-1) == 0 {
+		select {
+		case t.back <- struct{}{}:
+		default:
+		}
+	}
+}
