@@ -22,18 +22,21 @@ import (
 // ~100 µs on its "env turn" between calls, for 2 to 8 turns (drawn per
 // rollout, as episodes end at different turns). lanes=2 lets the batcher
 // run a call on each core at once (gen.Laned); lanes=1 hides the lanes, so
-// every batch is one whole-model call over both cores. Reports wall time
-// and CPU time per step and the cores kept busy.
+// every batch is one whole-model call over both cores. callers=known makes
+// each rollout a gen.Caller (as the controller does), so a batch closes
+// when the rollouts it answered are back, not after a quiet gap. Reports
+// wall time and CPU time per step and the cores kept busy.
 func BenchmarkBatchedTurns(b *testing.B) {
 	for _, lanes := range []int{1, 2} {
-		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) { benchTurns(b, lanes) })
+		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) { benchTurns(b, lanes, false) })
 	}
+	b.Run("lanes=2/callers=known", func(b *testing.B) { benchTurns(b, 2, true) })
 }
 
 // wholeCalls hides a generator's lanes from the batcher.
 type wholeCalls struct{ gen.Generator }
 
-func benchTurns(b *testing.B, lanes int) {
+func benchTurns(b *testing.B, lanes int, known bool) {
 	m, err := model.New(model.DefaultConfig(), 1)
 	if err != nil {
 		b.Fatal(err)
@@ -58,6 +61,14 @@ func benchTurns(b *testing.B, lanes int) {
 	for i := range turns {
 		turns[i] = 2 + r.IntN(7)
 	}
+	// as returns ctx carrying a fresh Caller when callers are known.
+	as := func() (context.Context, func()) {
+		if !known {
+			return ctx, func() {}
+		}
+		c := &gen.Caller{}
+		return gen.WithCaller(ctx, c), c.Leave
+	}
 	envTurn := func() {
 		t0 := time.Now()
 		for time.Since(t0) < 100*time.Microsecond {
@@ -73,7 +84,9 @@ func benchTurns(b *testing.B, lanes int) {
 				for k := range first {
 					first[k] = gen.Request{Prompt: prompts[gi], MaxTokens: 6, Temperature: 1, Seed: uint64(it*100000 + gi*1000 + k)}
 				}
-				res, err := bt.Generate(ctx, first)
+				gctx, leave := as()
+				res, err := bt.Generate(gctx, first)
+				leave() // the members call from here on
 				if err != nil {
 					b.Error(err)
 					return
@@ -81,11 +94,13 @@ func benchTurns(b *testing.B, lanes int) {
 				var inner sync.WaitGroup
 				for k := range members {
 					inner.Go(func() {
+						mctx, leave := as()
+						defer leave()
 						p := append(slices.Clone(prompts[gi]), res[k].Tokens...)
 						for turn := 1; turn < turns[gi*members+k]; turn++ {
 							envTurn()
 							p = append(p, int32(10+turn), int32(11+k))
-							out, err := bt.Generate(ctx, []gen.Request{{Prompt: p, MaxTokens: 6, Temperature: 1,
+							out, err := bt.Generate(mctx, []gen.Request{{Prompt: p, MaxTokens: 6, Temperature: 1,
 								Seed: uint64(it*100000 + gi*1000 + k*10 + turn)}})
 							if err != nil {
 								b.Error(err)
