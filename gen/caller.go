@@ -21,6 +21,7 @@ import (
 type Caller struct {
 	mu   sync.Mutex
 	away *turns // the batcher that answered the last call, until back or left
+	left bool   // Leave was called: a late answer (its caller gave up waiting) does not count it away
 }
 
 // turns counts a batcher's callers that were answered and are not back.
@@ -47,10 +48,18 @@ func CallerFrom(ctx context.Context) *Caller {
 // Leave says that the caller ctx carries makes no more calls (its rollout
 // ends), so no batcher waits for it. Without a caller, or repeated, it
 // does nothing.
-func Leave(ctx context.Context) { CallerFrom(ctx).back() }
+func Leave(ctx context.Context) { CallerFrom(ctx).Leave() }
 
 // Leave is Leave for c itself.
-func (c *Caller) Leave() { c.back() }
+func (c *Caller) Leave() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.left = true
+	c.mu.Unlock()
+	c.back()
+}
 
 // answered marks c away from t, before its call's answer is handed over
 // (so it cannot come back first).
@@ -60,7 +69,7 @@ func (c *Caller) answered(t *turns) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.away == nil {
+	if c.away == nil && !c.left {
 		c.away = t
 		t.n.Add(1)
 	}

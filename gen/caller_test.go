@@ -199,3 +199,46 @@ func TestHoldBack(t *testing.T) {
 		}
 	}
 }
+
+// TestCallerLeftIsNotAway: a call answered after its caller gave up on it
+// and left (an attempt cancelled while its call ran) does not count the
+// caller away, which would hold every later batch for the window.
+func TestCallerLeftIsNotAway(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inner := &gateGen{open: make(chan struct{})}
+	// One call at a time: the second runs after the first is answered.
+	b := newBatcher(ctx, oneLane{inner}, 64, 5*time.Second, time.Millisecond)
+	c := &Caller{}
+	cctx, ccancel := context.WithCancel(WithCaller(ctx, c))
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Generate(cctx, []Request{{Seed: 1}})
+		done <- err
+	}()
+	for deadline := time.Now().Add(20 * time.Second); len(inner.started()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the call never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ccancel()
+	if err := <-done; err == nil {
+		t.Fatal("a cancelled call returned no error")
+	}
+	c.Leave()
+	close(inner.open) // the call ends and is answered after the caller left
+	if _, err := b.Generate(WithCaller(ctx, &Caller{}), []Request{{Seed: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Away(); n != 1 {
+		t.Fatalf("%d callers away, want only the second one", n)
+	}
+}
+
+// oneLane hides gateGen's lanes: the batcher runs one call at a time.
+type oneLane struct{ g *gateGen }
+
+func (o oneLane) Generate(ctx context.Context, reqs []Request) ([]Result, error) {
+	return o.g.Generate(ctx, reqs)
+}
