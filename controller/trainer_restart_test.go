@@ -78,16 +78,7 @@ func TestTrainerLostStateRecovers(t *testing.T) {
 			if rewound != 1 {
 				t.Fatalf("%d Rewound events, want 1", rewound)
 			}
-			if got, want := trainedGroups(st), trainedGroups(ref.state()); !slices.EqualFunc(got, want, slices.Equal) {
-				t.Fatalf("trained groups %v, want the uninterrupted run's %v", got, want)
-			}
-			h.gen.mu.Lock()
-			defer h.gen.mu.Unlock()
-			for k, n := range h.gen.calls {
-				if n != 1 {
-					t.Fatalf("call %s generated %d times", k, n)
-				}
-			}
+			sameAsUninterrupted(t, h, ref)
 		})
 	}
 }
@@ -134,6 +125,13 @@ func TestTrainerLostStateBeforeFinalWeights(t *testing.T) {
 	if !slices.Equal(et.exported, []int64{3}) {
 		t.Fatalf("exports succeeded with the trainer at steps %v, want [3]", et.exported)
 	}
+	sameAsUninterrupted(t, h, ref)
+}
+
+// sameAsUninterrupted checks that h trained the groups ref trained, step
+// by step, and generated every call once.
+func sameAsUninterrupted(t *testing.T, h, ref *harness) {
+	t.Helper()
 	if got, want := trainedGroups(h.state()), trainedGroups(ref.state()); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("trained groups %v, want the uninterrupted run's %v", got, want)
 	}
