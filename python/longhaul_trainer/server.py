@@ -137,7 +137,20 @@ class App:
         v = req.get(field)
         if not isinstance(v, str) or v == "":
             raise BadRequest(f"{field!r} is required (a non-empty string)")
+        expect = {}
+        for key in ("expect_step", "expect_warm_step"):
+            if key in req:
+                e = req[key]
+                if not isinstance(e, int) or isinstance(e, bool) or e < 0:
+                    raise BadRequest(f"{key!r} must be a step (an integer >= 0)")
+                expect[key] = e
         with self.lock:
+            # The fence of a save or export: a trainer restarted after the
+            # client last checked must not save or export its fresh state.
+            if "expect_step" in expect and (self.t.step != expect["expect_step"] or
+                                            expect.get("expect_warm_step", self.t.warm_done) != self.t.warm_done):
+                return 409, {"error": {"code": "step_conflict", "message": f"trainer is at step {self.t.step} (warm-start step {self.t.warm_done}), the call expects step {expect['expect_step']}"},
+                             "step": self.t.step, "version": self.t.version, "warm_step": self.t.warm_done}
             if self.t.all_ranks_io and route != "/v1/load_checkpoint":
                 self.peers.send(OP_SAVE if route == "/v1/save_checkpoint" else OP_EXPORT, v.encode())
             if route == "/v1/save_checkpoint":

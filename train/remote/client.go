@@ -201,7 +201,6 @@ func (c *Client) ExportWeights(ctx context.Context, path string) error {
 }
 
 func (c *Client) pathCall(ctx context.Context, route, field, val string) error {
-	body, _ := json.Marshal(map[string]string{field: val}) // a string map always marshals
 	var ok struct {
 		OK bool `json:"ok"`
 	}
@@ -209,8 +208,23 @@ func (c *Client) pathCall(ctx context.Context, route, field, val string) error {
 	// would hold the wrong state: the fence refuses it (not for
 	// load_checkpoint, whose point is to set the state). A trainer that
 	// restarted and is back before this call sees no failed attempt to
-	// trigger the fence, so its step is checked first.
+	// trigger the fence, so its step is checked first; one that restarts
+	// between that check and the call is refused by the trainer itself,
+	// which the call tells the step it must be at (expect_step).
 	fence := route != "/v1/load_checkpoint"
+	req := map[string]any{field: val}
+	if fence {
+		c.mu.Lock()
+		want, warm := c.known, c.warm
+		c.mu.Unlock()
+		if want >= 0 {
+			req["expect_step"] = want
+			if want == 0 && warm > 0 {
+				req["expect_warm_step"] = warm
+			}
+		}
+	}
+	body, _ := json.Marshal(req) // strings and integers always marshal
 	if err := c.checkStep(ctx, fence); err != nil {
 		return err
 	}

@@ -175,9 +175,15 @@ func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toWire(st))
 }
 
+// dirCall serves save_checkpoint, load_checkpoint and export_weights:
+// {field: "...", "expect_step": N, "expect_warm_step": W}, the expect_
+// keys optional. With them the trainer answers 409 step_conflict, doing
+// nothing, unless it stands at that step (and warm-start step): a trainer
+// restarted after the client last checked must not save or export its
+// fresh state as the run's.
 func (h *handler) dirCall(call func(context.Context, string) error, field string, check func(string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req map[string]string
+		var req map[string]json.RawMessage
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
@@ -187,11 +193,27 @@ func (h *handler) dirCall(call func(context.Context, string) error, field string
 			writeErr(w, http.StatusBadRequest, "bad_json", err.Error())
 			return
 		}
-		if req[field] == "" {
+		var val string
+		if raw, ok := req[field]; ok {
+			if err := json.Unmarshal(raw, &val); err != nil {
+				writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%q must be a string", field))
+				return
+			}
+		}
+		if val == "" {
 			writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%q is required", field))
 			return
 		}
-		if err := check(req[field]); err != nil {
+		expect, expectWarm := int64(-1), int64(-1)
+		for key, dst := range map[string]*int64{"expect_step": &expect, "expect_warm_step": &expectWarm} {
+			if raw, ok := req[key]; ok {
+				if err := json.Unmarshal(raw, dst); err != nil || *dst < 0 {
+					writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%q must be a step (an integer ≥ 0)", key))
+					return
+				}
+			}
+		}
+		if err := check(val); err != nil {
 			writeErr(w, http.StatusUnprocessableEntity, "invalid_target", fmt.Sprintf("%s: %v", field, err))
 			return
 		}
@@ -200,12 +222,36 @@ func (h *handler) dirCall(call func(context.Context, string) error, field string
 			return
 		}
 		defer h.release()
-		if err := call(r.Context(), req[field]); err != nil {
+		if expect >= 0 && !h.fenced(w, r, expect, expectWarm) {
+			return
+		}
+		if err := call(r.Context(), val); err != nil {
 			h.fail(w, strings.TrimPrefix(r.URL.Path, "/v1/"), err)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	}
+}
+
+// fenced reports whether the trainer stands at step (and, when warm ≥ 0,
+// at that warm-start step); if not it answers 409 step_conflict.
+func (h *handler) fenced(w http.ResponseWriter, r *http.Request, step, warm int64) bool {
+	st, err := h.t.State(r.Context())
+	if err != nil {
+		h.fail(w, "state", err)
+		return false
+	}
+	var done int64
+	if wt, ok := h.t.(Warmer); ok {
+		done = int64(wt.WarmDone())
+	}
+	if st.Step == step && (warm < 0 || done == warm) {
+		return true
+	}
+	writeJSON(w, http.StatusConflict, map[string]any{"error": errBody{Code: "step_conflict",
+		Message: fmt.Sprintf("trainer is at step %d (warm-start step %d), the call expects step %d", st.Step, done, step)},
+		"step": st.Step, "version": st.Version, "warm_step": done})
+	return false
 }
 
 func (h *handler) state(w http.ResponseWriter, r *http.Request) {

@@ -139,3 +139,63 @@ func TestDescribeNamesAwayTrainer(t *testing.T) {
 		t.Fatalf("Describe() = %q after the trainer came back", d)
 	}
 }
+
+// TestSaveAndExportFencedAtTrainer: a trainer that restarts between the
+// client's step check and the save or export (the check passes, the call
+// reaches the new process) refuses the call with step_conflict instead of
+// saving or exporting its fresh state as the run's; the client reports
+// train.ErrStateLost. A load is not fenced: it sets the state.
+func TestSaveAndExportFencedAtTrainer(t *testing.T) {
+	f := &fakeTrainer{st: train.State{Step: 5, Version: 5}}
+	h := Handler(f)
+	// The client's state check passes against the old trainer, which
+	// "restarts" right after answering it (once armed).
+	var armed atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.URL.Path == "/v1/state" && armed.CompareAndSwap(true, false) {
+			f.mu.Lock()
+			f.st = train.State{}
+			f.mu.Unlock()
+		}
+	}))
+	defer ts.Close()
+	c := New(ts.URL, Options{MinBackoff: 10 * time.Millisecond})
+	for _, call := range []struct {
+		name string
+		do   func() error
+	}{
+		{"export", func() error { return c.ExportWeights(t.Context(), "/w/model.safetensors") }},
+		{"save", func() error { return c.SaveCheckpoint(t.Context(), "/w/ckpt") }},
+	} {
+		f.mu.Lock()
+		f.st = train.State{Step: 5, Version: 5}
+		f.mu.Unlock()
+		if _, err := c.State(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		armed.Store(true)
+		err := call.do()
+		if !errors.Is(err, ErrStepConflict) || !errors.Is(err, train.ErrStateLost) {
+			t.Fatalf("%s on a trainer restarted after the check: %v", call.name, err)
+		}
+	}
+	if err := c.LoadCheckpoint(t.Context(), "/w/ckpt"); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	for _, body := range []string{`{"path":"/w/m","expect_step":-1}`, `{"path":"/w/m","expect_step":"5"}`, `{"path":"/w/m","expect_warm_step":1.5}`} {
+		resp, err := http.Post(ts.URL+"/v1/export_weights", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("export %s: status %d, want 400", body, resp.StatusCode)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.calls) != 1 || f.calls[0] != "load /w/ckpt" {
+		t.Fatalf("the trainer ran %v; want only the load", f.calls)
+	}
+}
