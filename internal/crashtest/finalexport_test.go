@@ -29,15 +29,7 @@ const finalExportSteps = 4
 // into the new trainer), exports again and ends equal to the
 // uninterrupted in-process run, weights file included.
 func TestTrainerKilledBeforeFinalExport(t *testing.T) {
-	bin := binary(t)
-	work := t.TempDir()
-	cfg := configWithSteps(t, work, finalExportSteps)
-	ref := filepath.Join(work, "ref")
-	train(t, bin, cfg, ref)
-	want, err := Summarize(context.Background(), ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, work, cfg, want := inProcessRef(t, finalExportSteps)
 	exports, _ := exportRun(t, bin, work, cfg, filepath.Join(work, "count"), 0)
 	if exports < finalExportSteps+1 {
 		t.Fatalf("%d exports in a run of %d steps: want one per version and the final one", exports, finalExportSteps)

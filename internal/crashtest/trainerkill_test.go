@@ -33,6 +33,23 @@ func configWithSteps(t *testing.T, dir string, steps int) string {
 
 const trainerKillSteps = 12
 
+// inProcessRef builds the binary, writes the tiny config with steps in a
+// fresh work directory and runs it in one process: the run a three-process
+// run must equal.
+func inProcessRef(t *testing.T, steps int) (bin, work, cfg string, want Summary) {
+	t.Helper()
+	bin = binary(t)
+	work = t.TempDir()
+	cfg = configWithSteps(t, work, steps)
+	ref := filepath.Join(work, "ref")
+	train(t, bin, cfg, ref)
+	want, err := Summarize(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, work, cfg, want
+}
+
 // TestTrainerKilledMidRun is issue 12's trainer restart: the run's
 // `longhaul serve-trainer` is SIGKILLed in the middle of a deterministic
 // run and started again as the README starts it, so it comes back at step
@@ -42,15 +59,7 @@ const trainerKillSteps = 12
 // through the log, exactly as after its own crash: the run ends with the
 // weights, trained prompts and calls of the uninterrupted in-process run.
 func TestTrainerKilledMidRun(t *testing.T) {
-	bin := binary(t)
-	work := t.TempDir()
-	cfg := configWithSteps(t, work, trainerKillSteps)
-	ref := filepath.Join(work, "ref")
-	train(t, bin, cfg, ref)
-	want, err := Summarize(context.Background(), ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, work, cfg, want := inProcessRef(t, trainerKillSteps)
 	tport, gport := proctest.FreePort(t), proctest.FreePort(t)
 	trainer := startReadme(t, bin, work, tport, "serve-trainer", "--config", cfg)
 	startReadme(t, bin, work, gport, "serve", "--config", cfg)
