@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/internal/failclass"
 
 	"github.com/longhaul-rl/longhaul/train"
 )
