@@ -30,12 +30,12 @@ const finalExportSteps = 4
 // uninterrupted in-process run, weights file included.
 func TestTrainerKilledBeforeFinalExport(t *testing.T) {
 	bin, work, cfg, want := inProcessRef(t, finalExportSteps)
-	exports, _ := exportRun(t, bin, work, cfg, filepath.Join(work, "count"), 0)
+	exports, _ := killRun(t, bin, work, cfg, filepath.Join(work, "count"), "/v1/export_weights", 0)
 	if exports < finalExportSteps+1 {
 		t.Fatalf("%d exports in a run of %d steps: want one per version and the final one", exports, finalExportSteps)
 	}
 	dir := filepath.Join(work, "run")
-	n, logs := exportRun(t, bin, work, cfg, dir, exports)
+	n, logs := killRun(t, bin, work, cfg, dir, "/v1/export_weights", exports)
 	t.Logf("trainer killed at export %d of %d; %d recoveries", exports, n, strings.Count(logs, "the trainer lost its state"))
 	// After the recovery the restored weights are published (an export)
 	// and the final export is made again.
@@ -52,11 +52,37 @@ func TestTrainerKilledBeforeFinalExport(t *testing.T) {
 	}
 }
 
-// exportRun runs the README's three processes to the end, the trainer
-// reached through a proxy that counts its exports and, at the killAt-th
-// (0: never), SIGKILLs the trainer and starts it again before passing the
-// request on. It returns the exports and train's output.
-func exportRun(t *testing.T, bin, work, cfg, dir string, killAt int) (int, string) {
+// TestTrainerKilledAtCheckpointSave: the same at the second checkpoint
+// save, step 3's (the first is step 0's, after the warm start, which a
+// restarted trainer, warm-started alike, would save the same; save_period
+// 3, 4 steps). The restarted trainer must refuse to save its fresh state
+// as step 3's checkpoint (expect_step); the run recovers from what is
+// durable and ends equal to the in-process run.
+func TestTrainerKilledAtCheckpointSave(t *testing.T) {
+	bin, work, cfg, want := inProcessRef(t, finalExportSteps)
+	saves, _ := killRun(t, bin, work, cfg, filepath.Join(work, "count"), "/v1/save_checkpoint", 0)
+	if saves != 3 {
+		t.Fatalf("%d checkpoint saves in a run of %d steps with save_period 3: want 3 (steps 0, 3 and 4)", saves, finalExportSteps)
+	}
+	dir := filepath.Join(work, "run")
+	_, logs := killRun(t, bin, work, cfg, dir, "/v1/save_checkpoint", 2)
+	if n := strings.Count(logs, "the trainer lost its state"); n != 1 {
+		t.Fatalf("%d recoveries, want 1:\n%s", n, tail(logs, 40))
+	}
+	got, err := Summarize(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Compare(want, got); d != "" {
+		t.Fatalf("the run whose trainer restarted at a checkpoint save differs from the uninterrupted one: %s\n%s", d, tail(logs, 40))
+	}
+}
+
+// killRun runs the README's three processes to the end, the trainer
+// reached through a proxy that counts the POSTs to route and, at the
+// killAt-th (0: never), SIGKILLs the trainer and starts it again before
+// passing the request on. It returns the count and train's output.
+func killRun(t *testing.T, bin, work, cfg, dir, route string, killAt int) (int, string) {
 	t.Helper()
 	tport, gport := proctest.FreePort(t), proctest.FreePort(t)
 	trainer := startReadme(t, bin, work, tport, "serve-trainer", "--config", cfg)
@@ -71,7 +97,7 @@ func exportRun(t *testing.T, bin, work, cfg, dir string, killAt int) (int, strin
 	var mu sync.Mutex
 	exports := 0
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/export_weights" {
+		if r.Method == http.MethodPost && r.URL.Path == route {
 			mu.Lock()
 			exports++
 			hit := exports == killAt
