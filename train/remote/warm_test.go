@@ -154,3 +154,40 @@ func TestRestartAfterWarmStartFenced(t *testing.T) {
 		t.Fatalf("RL step after the checkpoint was loaded: %v", err)
 	}
 }
+
+// TestExportFencedAtWarmStep: during a warm start the export carries the
+// warm step the client knows; a trainer that restarted after the client's
+// state check (back at RL step 0, but with none of the warm start's steps)
+// refuses it instead of exporting untrained weights as the warm start's.
+func TestExportFencedAtWarmStep(t *testing.T) {
+	f := &warmFake{}
+	h := Handler(f)
+	var armed bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.URL.Path == "/v1/state" && armed {
+			armed = false
+			f.done = 0 // restarted: the warm steps are gone
+		}
+	}))
+	defer srv.Close()
+	c := New(srv.URL, Options{})
+	ctx := t.Context()
+	spec := WarmSpec{Steps: 3, WarmupSteps: 2, LR: 5e-3}
+	for i := range 2 {
+		spec.Index = i
+		if _, err := c.WarmStep(ctx, spec, sftBatch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ExportWeights(ctx, "/w/model.safetensors"); err != nil {
+		t.Fatalf("export at the known warm step: %v", err)
+	}
+	armed = true
+	if err := c.ExportWeights(ctx, "/w/model.safetensors"); !errors.Is(err, ErrStepConflict) || !errors.Is(err, train.ErrStateLost) {
+		t.Fatalf("export from a trainer that lost its warm steps after the check: %v", err)
+	}
+	if n := len(f.calls); n != 1 {
+		t.Fatalf("the trainer exported %d times, want once: %v", n, f.calls)
+	}
+}
