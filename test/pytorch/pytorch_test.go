@@ -105,6 +105,7 @@ func TestProtocolRoundTrip(t *testing.T) {
 		// The trainer-side fence of a save or export (the trainer is at step 2).
 		{"/v1/export_weights", "POST", "application/json", `{"path":"` + filepath.Join(t.TempDir(), "m.safetensors") + `","expect_step":7}`, 409, "step_conflict"},
 		{"/v1/save_checkpoint", "POST", "application/json", `{"dir":"` + t.TempDir() + `","expect_step":-1}`, 400, "expect_step"},
+		{"/v1/export_weights", "POST", "application/json", `{"path":"` + filepath.Join(t.TempDir(), "m.safetensors") + `","expect_step":2,"expect_warm_step":5}`, 409, "warm-start step 0"},
 		{"/v1/state", "POST", "", "", 405, "takes GET"},
 		{"/v1/nope", "GET", "", "", 404, "unknown route"},
 	} {
