@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -246,13 +248,27 @@ func TestSIGKILLRestart(t *testing.T) {
 	// then reports it (a longer one waits for the restart instead).
 	c := remote.New(p.url, remote.Options{MaxOutage: 3 * time.Second, MinBackoff: 50 * time.Millisecond})
 	run(t, c, 0, 3, 2, ck)
-	// A big step keeps the trainer busy; kill it mid-step.
+	// A big step keeps the trainer busy; kill it mid-step, once it has
+	// spent 0.3 s of CPU since the step was sent (it is computing it). A
+	// fixed sleep before the kill let a fast machine finish the step first.
+	pid := p.cmd.Process.Pid
+	cpu0 := procCPU(t, pid)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.TrainStep(context.Background(), batch(7, 64, 200, 256, vocab))
+		_, err := c.TrainStep(context.Background(), batch(7, 256, 200, 256, vocab))
 		errc <- err
 	}()
-	time.Sleep(700 * time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); procCPU(t, pid)-cpu0 < 300*time.Millisecond; {
+		select {
+		case err := <-errc:
+			t.Fatalf("the step ended (%v) before the trainer had spent 0.3 s of CPU on it: make it bigger", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the trainer never got to work on the step")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -278,6 +294,27 @@ func TestSIGKILLRestart(t *testing.T) {
 	if !bytes.Equal(export(t, c2), want) {
 		t.Fatal("weights after kill and resume differ from the run without a kill")
 	}
+}
+
+// procCPU is the CPU time (user + system, every thread) process pid has
+// used, from /proc/PID/stat (clock ticks of 10 ms).
+func procCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 type rawReply struct {
