@@ -21,18 +21,10 @@ import (
 //	go test ./controller -run '^$' -bench Decide -benchmem
 func BenchmarkDecide(b *testing.B) {
 	cfg, order, st, must := benchRun(b, 1250)
-	adm, err := admissions(st, 1, cfg, order)
-	if err != nil {
-		b.Fatal(err)
-	}
 	var ids []runlog.RolloutID
-	for _, ev := range adm {
-		must(ev)
-		a := ev.(runlog.PromptAdmitted)
+	for _, a := range admitStep(b, st, 1, cfg, order, must) {
 		for m := range a.Size {
-			id := runlog.RolloutID{Group: a.Group, Member: m}
-			ids = append(ids, id)
-			must(runlog.AttemptStarted{Rollout: id, Attempt: 1})
+			ids = append(ids, runlog.RolloutID{Group: a.Group, Member: m})
 		}
 	}
 	if len(ids) != 10000 {
@@ -98,17 +90,10 @@ func BenchmarkPlanLongRun(b *testing.B) {
 		b.Run(fmt.Sprintf("steps=%d", steps), func(b *testing.B) {
 			cfg, order, st, must := benchRun(b, 8)
 			for k := int64(1); k <= steps; k++ {
-				adm, err := admissions(st, k, cfg, order)
-				if err != nil {
-					b.Fatal(err)
-				}
 				var groups []runlog.GroupID
-				for _, ev := range adm {
-					must(ev)
-					a := ev.(runlog.PromptAdmitted)
+				for _, a := range admitStep(b, st, k, cfg, order, must) {
 					for m := range a.Size {
 						id := runlog.RolloutID{Group: a.Group, Member: m}
-						must(runlog.AttemptStarted{Rollout: id, Attempt: 1})
 						must(runlog.RolloutSealed{Rollout: id, Attempt: 1, Outcome: runlog.OutcomeCompleted})
 					}
 					must(runlog.GroupCommitted{Group: a.Group})
@@ -145,4 +130,23 @@ func benchRun(b *testing.B, perStep int) (*Config, *data.Order, *runlog.State, f
 	}
 	must(runlog.RunStarted{Seed: cfg.Run.Seed, Mode: "deterministic"})
 	return cfg, order, st, must
+}
+
+// admitStep applies step k's admissions and starts every member's first
+// attempt; it returns the admitted groups.
+func admitStep(b *testing.B, st *runlog.State, k int64, cfg *Config, order *data.Order, must func(runlog.Event)) []runlog.PromptAdmitted {
+	adm, err := admissions(st, k, cfg, order)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make([]runlog.PromptAdmitted, 0, len(adm))
+	for _, ev := range adm {
+		must(ev)
+		a := ev.(runlog.PromptAdmitted)
+		for m := range a.Size {
+			must(runlog.AttemptStarted{Rollout: runlog.RolloutID{Group: a.Group, Member: m}, Attempt: 1})
+		}
+		out = append(out, a)
+	}
+	return out
 }

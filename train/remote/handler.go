@@ -152,20 +152,10 @@ func (h *handler) trainStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.release()
-	if expect >= 0 {
-		// The fence that makes a retried step safe: a step already
-		// applied moved the trainer past expect_step.
-		st, err := h.t.State(r.Context())
-		if err != nil {
-			h.fail(w, "state", err)
-			return
-		}
-		if st.Step != expect {
-			writeJSON(w, http.StatusConflict, map[string]any{"error": errBody{Code: "step_conflict",
-				Message: fmt.Sprintf("trainer is at step %d, the batch expects step %d", st.Step, expect)},
-				"step": st.Step, "version": st.Version})
-			return
-		}
+	// The fence that makes a retried step safe: a step already applied
+	// moved the trainer past expect_step.
+	if expect >= 0 && !h.fenced(w, r, "the batch", expect, -1) {
+		return
 	}
 	st, err := h.t.TrainStep(r.Context(), b)
 	if err != nil {
@@ -222,7 +212,7 @@ func (h *handler) dirCall(call func(context.Context, string) error, field string
 			return
 		}
 		defer h.release()
-		if expect >= 0 && !h.fenced(w, r, expect, expectWarm) {
+		if expect >= 0 && !h.fenced(w, r, "the call", expect, expectWarm) {
 			return
 		}
 		if err := call(r.Context(), val); err != nil {
@@ -234,22 +224,32 @@ func (h *handler) dirCall(call func(context.Context, string) error, field string
 }
 
 // fenced reports whether the trainer stands at step (and, when warm ≥ 0,
-// at that warm-start step); if not it answers 409 step_conflict.
-func (h *handler) fenced(w http.ResponseWriter, r *http.Request, step, warm int64) bool {
+// at that warm-start step); if not it answers 409 step_conflict, saying
+// what (the batch, the call) expected the step.
+func (h *handler) fenced(w http.ResponseWriter, r *http.Request, what string, step, warm int64) bool {
 	st, err := h.t.State(r.Context())
 	if err != nil {
 		h.fail(w, "state", err)
+		return false
+	}
+	if warm < 0 {
+		if st.Step == step {
+			return true
+		}
+		writeJSON(w, http.StatusConflict, map[string]any{"error": errBody{Code: "step_conflict",
+			Message: fmt.Sprintf("trainer is at step %d, %s expects step %d", st.Step, what, step)},
+			"step": st.Step, "version": st.Version})
 		return false
 	}
 	var done int64
 	if wt, ok := h.t.(Warmer); ok {
 		done = int64(wt.WarmDone())
 	}
-	if st.Step == step && (warm < 0 || done == warm) {
+	if st.Step == step && done == warm {
 		return true
 	}
 	writeJSON(w, http.StatusConflict, map[string]any{"error": errBody{Code: "step_conflict",
-		Message: fmt.Sprintf("trainer is at step %d (warm-start step %d), the call expects step %d", st.Step, done, step)},
+		Message: fmt.Sprintf("trainer is at step %d (warm-start step %d), %s expects step %d", st.Step, done, what, step)},
 		"step": st.Step, "version": st.Version, "warm_step": done})
 	return false
 }

@@ -127,16 +127,7 @@ func TestRestartAfterWarmStartFenced(t *testing.T) {
 	defer srv.Close()
 	c := New(srv.URL, Options{})
 	ctx := t.Context()
-	spec := WarmSpec{Steps: 3, LR: 1e-3}
-	for i := range 3 {
-		spec.Index = i
-		if _, err := c.WarmStep(ctx, spec, sftBatch()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.ExportWeights(ctx, "/w0.safetensors"); err != nil {
-		t.Fatalf("export after the warm start: %v", err)
-	}
+	warmThenExport(t, c, 3, "/w0.safetensors")
 	f.done = 0 // the trainer restarted: step 0, no warm start
 	if err := c.ExportWeights(ctx, "/w0.safetensors"); !errors.Is(err, train.ErrStateLost) {
 		t.Fatalf("export from a trainer restarted after the warm start: %v", err)
@@ -173,21 +164,28 @@ func TestExportFencedAtWarmStep(t *testing.T) {
 	defer srv.Close()
 	c := New(srv.URL, Options{})
 	ctx := t.Context()
-	spec := WarmSpec{Steps: 3, WarmupSteps: 2, LR: 5e-3}
-	for i := range 2 {
-		spec.Index = i
-		if _, err := c.WarmStep(ctx, spec, sftBatch()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.ExportWeights(ctx, "/w/model.safetensors"); err != nil {
-		t.Fatalf("export at the known warm step: %v", err)
-	}
+	warmThenExport(t, c, 2, "/w/model.safetensors")
 	armed = true
 	if err := c.ExportWeights(ctx, "/w/model.safetensors"); !errors.Is(err, ErrStepConflict) || !errors.Is(err, train.ErrStateLost) {
 		t.Fatalf("export from a trainer that lost its warm steps after the check: %v", err)
 	}
 	if n := len(f.calls); n != 1 {
 		t.Fatalf("the trainer exported %d times, want once: %v", n, f.calls)
+	}
+}
+
+// warmThenExport takes n warm steps of a 3-step warm start through c and
+// exports to path, which must succeed: the trainer is where c knows.
+func warmThenExport(t *testing.T, c *Client, n int, path string) {
+	t.Helper()
+	spec := WarmSpec{Steps: 3, LR: 1e-3}
+	for i := range n {
+		spec.Index = i
+		if _, err := c.WarmStep(t.Context(), spec, sftBatch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ExportWeights(t.Context(), path); err != nil {
+		t.Fatalf("export after %d warm steps: %v", n, err)
 	}
 }
