@@ -108,8 +108,9 @@ type Controller struct {
 	now   func() time.Time
 	start time.Time
 
-	version  atomic.Int64 // the version the generator serves
-	inFlight atomic.Int64
+	version    atomic.Int64 // the version the generator serves
+	inFlight   atomic.Int64
+	generating generating // groups whose members still run (settle.go)
 
 	// events caches, per rollout, exactly the events this process made
 	// durable for it (seeded from the log when its attempt starts), so a

@@ -104,9 +104,13 @@ func (c *Controller) task(g *runlog.Group) (env.Task, error) {
 	return t, nil
 }
 
+// runGroup runs a launched group's unsealed members, each until it seals
+// or uses up its attempts, and settles what they staged (settle.go); the
+// loop counted it in c.generating when it launched it.
 func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Task, pool *workers) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(g.Members))
+	pend := make([][]runlog.Staged, len(g.Members)) // the members' staged seals, unsettled
 	for i, m := range g.Members {
 		if m.Status == runlog.StatusSealed {
 			continue
@@ -114,10 +118,14 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 		wg.Add(1)
 		pool.run(func() {
 			defer wg.Done()
-			errs[i] = c.runMember(ctx, g, m.ID, task)
+			errs[i] = c.runMember(ctx, g, m.ID, task, &pend[i])
 		})
 	}
 	wg.Wait()
+	c.generating.done()
+	if err := c.settleGroup(ctx, pend, !c.cfg.Run.Throughput()); err != nil {
+		return err
+	}
 	for _, err := range errs {
 		if err != nil && !isExhausted(err) {
 			return errors.Join(errs...)

@@ -16,6 +16,7 @@ import (
 	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -164,6 +165,8 @@ type harness struct {
 	final string
 	// wrap, when set, is put around the fake generator.
 	wrap func(gen.Generator) gen.Generator
+	// fs, when set, is the run log's file system in run.
+	fs storage.FS
 }
 
 func newHarness(t testing.TB, cfg *config.Config) *harness {
@@ -191,7 +194,7 @@ func (h *harness) run(ctx context.Context) error { return h.runWith(ctx, h.tr) }
 // runWith is run with tr in place of the harness's trainer (which it
 // must wrap: the harness resets h.tr to the initial policy).
 func (h *harness) runWith(ctx context.Context, tr train.Trainer) error {
-	l, err := runlog.Open(context.Background(), h.dir, runlog.Options{})
+	l, err := runlog.Open(context.Background(), h.dir, runlog.Options{FS: h.fs})
 	if err != nil {
 		h.t.Fatal(err)
 	}

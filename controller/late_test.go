@@ -61,7 +61,8 @@ func TestLateResultIsRefusedAndCounted(t *testing.T) {
 	}
 	late := runlog.CallFinished{Rollout: id, Attempt: 1, Call: 0, PromptSuffix: []int32{1, 2}, Sampled: []int32{3},
 		Logprobs: []float32{-1}, Finish: runlog.FinishStop, Selected: true}
-	err = c.spec(g, id, 1, task, nil).Recorder.Record(ctx, late)
+	sp, _ := c.spec(g, id, 1, task, nil)
+	err = sp.Recorder.Record(ctx, late)
 	if !errors.Is(err, runlog.ErrStaleAttempt) {
 		t.Fatalf("late result: %v, want ErrStaleAttempt", err)
 	}

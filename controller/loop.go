@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/train"
@@ -193,13 +194,19 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 	if err := c.startAttempts(ctx, rd.Launch); err != nil {
 		return err
 	}
-	for _, g := range launch {
-		task, err := c.task(g)
-		if err != nil {
+	tasks := make([]env.Task, len(launch))
+	for i, g := range launch {
+		var err error
+		if tasks[i], err = c.task(g); err != nil {
 			return err
 		}
+	}
+	// Counted before any starts: a group done early waits for the round's
+	// other groups (settle.go), not only for those already started.
+	c.generating.add(len(launch))
+	for i, g := range launch {
 		in.Running[g.ID] = true
-		spawn(func() ended { return ended{kind: effGroup, group: g.ID, err: c.runGroup(ctx, g, task, pool)} })
+		spawn(func() ended { return ended{kind: effGroup, group: g.ID, err: c.runGroup(ctx, g, tasks[i], pool)} })
 	}
 	if rd.Train > 0 {
 		in.Training, in.TrainStep = true, rd.Train

@@ -27,7 +27,10 @@ import (
 // exhausted) is read from the rollout's state as the log folds it
 // (decide.go), never from this goroutine's memory, so a restarted process
 // decides exactly what this one would have.
-func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.RolloutID, task env.Task) error {
+//
+// A sealed attempt returns with its seal and what came before it maybe
+// only staged: they are left in pend for the group to settle (settle.go).
+func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.RolloutID, task env.Task, pend *[]runlog.Staged) error {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
 	rf := c.cfg.RolloutFailure
@@ -73,12 +76,14 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		// The attempt's calls are one gen.Caller's: the batcher closes a
 		// batch when the rollouts it answered are back (gen/caller.go).
 		caller := &gen.Caller{}
-		_, err = rollout.Run(gen.WithCaller(cctx, caller), c.spec(g, id, attempt, task, ct), prior)
+		sp, rec := c.spec(g, id, attempt, task, ct)
+		_, err = rollout.Run(gen.WithCaller(cctx, caller), sp, prior)
 		caller.Leave()
 		ct.close()
 		ccancel(nil)
 		cancel()
 		if err == nil {
+			*pend, rec.pend = rec.pend, nil
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -175,17 +180,18 @@ func (c *Controller) failedInLog(id runlog.RolloutID, attempt uint32) bool {
 	return failed
 }
 
-func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task, ct *callTimer) rollout.Spec {
+func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task, ct *callTimer) (rollout.Spec, *recorder) {
 	rec := &recorder{c: c, id: id}
 	sp := RolloutSpec(c.cfg, c.o.Envs, task, id, attempt,
 		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, ct}, rec)
 	sp.Logger = c.log
+	sp.StageSeal = true // the group settles (settle.go)
 	if c.o.Chat != nil {
 		sp.Chat, sp.ToolParser = c.o.Chat, c.o.ToolParser
 		sp.History = bridge.History(c.cfg.History)
 		sp.Render.Kwargs = c.cfg.TemplateKwargs
 	}
-	return sp
+	return sp, rec
 }
 
 // RolloutSpec is the rollout spec the config implies for one attempt; the

@@ -76,8 +76,11 @@ func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 		}
 	}
 	// Nothing is returned (a result, a failure) before a staged call is
-	// durable: the caller's next effect may leave the process.
-	if serr := l.settle(); serr != nil && err == nil {
+	// durable: the caller's next effect may leave the process. A staged
+	// seal is the caller's to settle (Spec.StageSeal).
+	if l.sealStaged && err == nil {
+		l.staged = false
+	} else if serr := l.settle(); serr != nil && err == nil {
 		err = serr
 	}
 	if l.env != nil {
@@ -178,6 +181,9 @@ type loop struct {
 	// staged: call records are staged and not yet settled.
 	stager Stager
 	staged bool
+	// sealStaged: the seal went out staged (Spec.StageSeal), for the
+	// caller to settle.
+	sealStaged bool
 }
 
 func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
@@ -450,7 +456,12 @@ func (l *loop) seal(ctx context.Context, outcome string) (Result, error) {
 		l.success = false
 	}
 	ev := runlog.RolloutSealed{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Outcome: outcome, Reward: l.reward, Success: l.success}
-	if err := l.record(ctx, ev); err != nil {
+	if l.stager != nil && l.s.StageSeal {
+		if err := l.appendHeld(ctx, ev, true); err != nil {
+			return Result{}, err
+		}
+		l.staged, l.sealStaged = true, true
+	} else if err := l.record(ctx, ev); err != nil {
 		return Result{}, err
 	}
 	return Result{Outcome: outcome, Reward: l.reward, Success: l.success, Turns: l.turns, Calls: int(l.nextCall),

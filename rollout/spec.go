@@ -44,6 +44,13 @@ type Spec struct {
 	NewEnv    func(ctx context.Context) (env.Environment, error)
 	Generator gen.Generator
 	Recorder  Recorder
+	// StageSeal lets Run return with the seal staged, not yet durable,
+	// when it stages its records (a Stager recorder and an env.InProcess
+	// environment): the caller then settles the recorder (Stager.Settle)
+	// before anything outside the process acts on the result. The
+	// controller settles a step's groups together (one fsync, not one
+	// per rollout).
+	StageSeal bool
 
 	System          string         // optional system message
 	ObservationRole tokenizer.Role // role of environment observations; default user

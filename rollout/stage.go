@@ -31,8 +31,10 @@ type Stager interface {
 // durability follows staging order, so nothing appended later can be
 // durable without them. Every effect that may leave the process waits:
 // staging is off for an environment that is not InProcess, and the loop
-// settles its staged calls after each append it waits for (the seal) and
-// before Run returns (the controller then commits the group).
+// settles its staged calls after each append it waits for and before Run
+// returns, except with Spec.StageSeal: then the seal is staged as well,
+// and the caller settles it (the controller, once its step's generation
+// is done, before the group's outcome is decided from the log).
 
 // startStaging turns staging on when both the recorder and the
 // environment allow it.

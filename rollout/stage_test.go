@@ -108,12 +108,18 @@ func (g countedGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Res
 // calls made so far are durable: not the one the step acts on
 // (in-process), or all of them.
 func stagedRun(t *testing.T, rec rollout.Recorder, local bool, failAt int32) (rollout.Result, error) {
+	return stagedRunSeal(t, rec, local, failAt, false)
+}
+
+// stagedRunSeal is stagedRun with Spec.StageSeal set to stageSeal.
+func stagedRunSeal(t *testing.T, rec rollout.Recorder, local bool, failAt int32, stageSeal bool) (rollout.Result, error) {
 	var made atomic.Int32
 	durable := func() int { return rec.(*stagingRecorder).durableCalls() }
 	if _, ok := rec.(*stagingRecorder); !ok {
 		durable = nil
 	}
 	spec := ledgerSpec(t, countedGen{rollouttest.LedgerOracle(""), &made, failAt}, rec, recency)
+	spec.StageSeal = stageSeal
 	spec.NewEnv = func(context.Context) (env.Environment, error) {
 		e, err := reg.New("ledger", nil)
 		c := checkedEnv{e, func() {
@@ -190,5 +196,55 @@ func TestStagedCallSettledOnFailure(t *testing.T) {
 	last := rec.durable[len(rec.durable)-1]
 	if _, ok := last.(runlog.RolloutFailed); !ok || count[runlog.CallFinished](rec.durable) != 3 {
 		t.Fatalf("log ends with %T after %d calls, want RolloutFailed after 3", last, count[runlog.CallFinished](rec.durable))
+	}
+}
+
+// TestStagedSeal: with Spec.StageSeal an in-process rollout returns with
+// its seal staged and not durable, for the caller to settle, and then the
+// log holds the same events as an unstaged run's; with any other
+// environment, or when the attempt fails, Run still returns with
+// everything settled.
+func TestStagedSeal(t *testing.T) {
+	plain := &batchRecorder{}
+	if _, err := stagedRun(t, plain, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	var want []runlog.Event
+	for _, b := range plain.batches {
+		want = append(want, b...)
+	}
+	rec := &stagingRecorder{t: t}
+	if _, err := stagedRunSeal(t, rec, true, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if rec.unsettled == 0 || count[runlog.RolloutSealed](rec.durable) != 0 {
+		t.Fatalf("Run returned with %d stages unsettled and %d durable seals; want the seal staged only",
+			rec.unsettled, count[runlog.RolloutSealed](rec.durable))
+	}
+	if _, ok := rec.queued[len(rec.queued)-1].(runlog.RolloutSealed); !ok {
+		t.Fatalf("the last staged event is %T, not the seal", rec.queued[len(rec.queued)-1])
+	}
+	if err := rec.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rec.durable, want) {
+		t.Fatalf("settled after Run: %d events, the unstaged run %d, or in another order", len(rec.durable), len(want))
+	}
+
+	remote := &stagingRecorder{t: t}
+	if _, err := stagedRunSeal(t, remote, false, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	failed := &stagingRecorder{t: t}
+	if _, err := stagedRunSeal(t, failed, true, 3, true); err == nil {
+		t.Fatal("the third call failed, Run did not")
+	}
+	for name, r := range map[string]*stagingRecorder{"not InProcess": remote, "failed attempt": failed} {
+		if r.unsettled != 0 || len(r.queued) != 0 {
+			t.Fatalf("%s: Run returned with %d stages unsettled", name, r.unsettled)
+		}
+	}
+	if count[runlog.RolloutSealed](remote.durable) != 1 {
+		t.Fatal("not InProcess: the seal is not durable when Run returns")
 	}
 }

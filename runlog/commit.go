@@ -21,6 +21,7 @@ type request struct {
 	off  Offset
 	err  error
 	ok   bool
+	seq  uint64        // the unit it was staged into
 	done chan struct{} // buffered (1): answered by a send, so a request can be reused
 }
 
@@ -64,6 +65,11 @@ type Staged struct {
 // later is durable, so is this one. That lets a caller whose next effect
 // stays inside the process go on before the fsync, and wait (here, or on a
 // later Append) only before an effect outside it.
+//
+// A staged append is written when one of its unit's appends is waited on
+// (Wait, Append), or Options.MaxDefer after the unit's first append, or
+// when the unit is full or the log closes: appends staged while nothing
+// waits share one fsync however long they take to come.
 func (l *Log) Stage(ctx context.Context, evs ...Event) (Staged, error) {
 	if len(evs) == 0 {
 		return Staged{}, errors.New("runlog: append of no events")
@@ -94,7 +100,12 @@ func (l *Log) Stage(ctx context.Context, evs ...Event) (Staged, error) {
 		return Staged{}, err
 	}
 	n := len(l.cur.reqs)
-	kick := l.idle && n > 0 && (n == 1 || n >= l.want || n >= l.opts.MaxBatch)
+	if n == 1 {
+		l.first = time.Now()
+	}
+	// The first append wakes the syncer to time the unit's deferral; a
+	// waited unit, once it holds the appends the syncer expects.
+	kick := l.idle && n > 0 && (n == 1 || ((l.waited || l.opts.MaxDefer < 0) && n >= l.want) || n >= l.opts.MaxBatch)
 	l.stageMu.Unlock()
 	if kick {
 		select {
@@ -108,6 +119,7 @@ func (l *Log) Stage(ctx context.Context, evs ...Event) (Staged, error) {
 // Wait returns the offset of the staged append's first event once all its
 // events are durable, or the error that failed the log.
 func (s Staged) Wait() (Offset, error) {
+	s.l.urge(s.req)
 	<-s.req.done
 	off, err := s.req.off, s.req.err
 	if err == nil && s.l.opts.OnAppend != nil {
@@ -115,6 +127,23 @@ func (s Staged) Wait() (Offset, error) {
 	}
 	s.release()
 	return off, err
+}
+
+// urge tells the syncer that r is waited on, if its unit is still being
+// staged (a unit already taken is being written anyway).
+func (l *Log) urge(r *request) {
+	l.stageMu.Lock()
+	kick := false
+	if r.seq == l.cur.seq && !l.waited {
+		l.waited, kick = true, l.idle
+	}
+	l.stageMu.Unlock()
+	if kick {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // release recycles the request once nothing will answer it again.
@@ -154,15 +183,15 @@ type unit struct {
 // appends are staged (the append that completes the count wakes it), for
 // at most as long as the last write took (the wait an appender that misses
 // the unit would have anyway). No append is answered before its fsync:
-// only when the fsync starts moves.
+// only when the fsync starts moves. A unit that only holds staged appends
+// nobody waits on yet is not written before Options.MaxDefer (Stage).
 func (l *Log) syncer() {
 	defer close(l.done)
 	var (
-		linger  time.Duration // the longest wait for a full unit
-		lastLen int           // appends in the unit written last
-		timer   = time.NewTimer(time.Hour)
-		timing  bool // timer is armed
-		expired bool // the linger is over
+		linger     time.Duration // the longest wait for a full unit
+		lastLen    int           // appends in the unit written last
+		lingerFrom time.Time     // when the wait for a fuller waited unit began
+		timer      = time.NewTimer(time.Hour)
 	)
 	timer.Stop()
 	for {
@@ -172,15 +201,29 @@ func (l *Log) syncer() {
 			l.stageMu.Unlock()
 			return
 		}
-		if n > 0 && (l.closed || expired || n >= l.want || n >= l.opts.MaxBatch || linger <= 0) {
+		write, wake := false, time.Time{} // wake: when to look again
+		if n > 0 {
+			now := time.Now()
+			switch {
+			case l.closed || n >= l.opts.MaxBatch:
+				write = true
+			case l.waited || l.opts.MaxDefer < 0:
+				if lingerFrom.IsZero() {
+					lingerFrom = now
+				}
+				wake = lingerFrom.Add(linger)
+				write = n >= l.want || !now.Before(wake)
+			default: // staged only: deferred
+				wake = l.first.Add(l.opts.MaxDefer)
+				write = !now.Before(wake)
+			}
+		}
+		if write {
 			u := l.take()
-			l.idle, lastLen = false, n
+			l.idle, l.waited, lastLen, lingerFrom = false, false, n, time.Time{}
 			l.room.Broadcast()
 			l.stageMu.Unlock()
-			if timing {
-				timer.Stop()
-			}
-			timing, expired = false, false
+			timer.Stop()
 			t0 := time.Now()
 			l.sync(u)
 			linger = min(time.Since(t0), maxLinger)
@@ -191,17 +234,13 @@ func (l *Log) syncer() {
 		}
 		l.stageMu.Unlock()
 		var timerc <-chan time.Time
-		if n > 0 {
-			if !timing {
-				timer.Reset(linger)
-				timing = true
-			}
+		if !wake.IsZero() {
+			timer.Reset(time.Until(wake))
 			timerc = timer.C
 		}
 		select {
 		case <-l.kick:
 		case <-timerc:
-			timing, expired = false, true
 		case <-l.quit:
 			l.stageMu.Lock()
 			l.closed = true
@@ -252,6 +291,7 @@ func (l *Log) stage(r *request) error {
 	}
 	if err == nil {
 		u.reqs = append(u.reqs, r)
+		r.seq = u.seq
 		return nil
 	}
 	u.recs = u.recs[:bm]

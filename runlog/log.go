@@ -27,6 +27,10 @@ type Options struct {
 	NoGroupCommit bool
 	// MaxBatch bounds the appends that share one fsync (default 1024).
 	MaxBatch int
+	// MaxDefer bounds how long a staged append (Stage) that nobody waits
+	// on may stay unwritten (default 100 ms): the work a crash can cost,
+	// never what it can break. Negative: written at once, as an Append.
+	MaxDefer time.Duration
 	// SnapshotChain is how many incremental snapshots may follow a base
 	// snapshot before the next one is a base again (default 16).
 	SnapshotChain int
@@ -78,6 +82,8 @@ type Log struct {
 	kick      chan struct{} // wakes the syncer; buffered (1)
 	idle      bool          // the syncer waits for a unit
 	want      int           // appends the idle syncer expects before it writes
+	waited    bool          // an append of the current unit is waited on
+	first     time.Time     // when the current unit's first append was staged
 	closed    bool
 	w         *State // durable state plus the appends staged or syncing
 	chunkBase uint64 // the chunk being staged into
@@ -114,6 +120,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 	}
 	if opts.NoGroupCommit {
 		opts.MaxBatch = 1
+	}
+	if opts.MaxDefer == 0 {
+		opts.MaxDefer = 100 * time.Millisecond
 	}
 	if opts.SnapshotChain <= 0 {
 		opts.SnapshotChain = 16

@@ -141,3 +141,77 @@ func TestStage(t *testing.T) {
 		t.Fatalf("the reopened log holds %d of the 2 appends (offsets %d, %d; log %v)", found, off, laterOff, got)
 	}
 }
+
+// TestStagedWaitsForAWaiter: staged appends nobody waits on are not
+// written; a Wait on any of them writes them all with one fsync; and a
+// unit nobody waits on is written after Options.MaxDefer.
+func TestStagedWaitsForAWaiter(t *testing.T) {
+	open := make(chan struct{})
+	close(open)
+	for _, tc := range []struct {
+		name     string
+		maxDefer time.Duration
+	}{{"waited", time.Hour}, {"deferred", 20 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			gfs := &gatedFS{FS: storage.OS, release: open}
+			l := openLog(t, t.TempDir(), Options{FS: gfs, MaxDefer: tc.maxDefer})
+			defer l.Close()
+			g := NewGroupID(testSeed, 0, 0)
+			id := RolloutID{g, 0}
+			mustAppend(t, l, RunStarted{Seed: testSeed, Mode: "throughput"}, PromptAdmitted{Group: g, Size: 1},
+				AttemptStarted{Rollout: id, Attempt: 1})
+			began := func() int {
+				gfs.mu.Lock()
+				defer gfs.mu.Unlock()
+				return gfs.began
+			}
+			calls := func() int {
+				n := 0
+				l.View(func(s *State) { n = len(s.Rollout(id).Calls) })
+				return n
+			}
+			b0 := began()
+			var sts []Staged
+			for i := range 3 {
+				st, err := l.Stage(context.Background(), benchCall(id, uint32(i), uint32(6*i), 4, 2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sts = append(sts, st)
+			}
+			if tc.maxDefer < time.Hour {
+				deadline := time.Now().Add(10 * time.Second)
+				for calls() != 3 {
+					if time.Now().After(deadline) {
+						t.Fatal("staged appends nobody waits on were never written")
+					}
+					time.Sleep(time.Millisecond)
+				}
+			} else {
+				time.Sleep(30 * time.Millisecond)
+				if n, b := calls(), began(); n != 0 || b != b0 {
+					t.Fatalf("with no waiter: %d calls durable, %d fsyncs; want none", n, b-b0)
+				}
+				done := make(chan error, 1)
+				go func() { _, err := sts[1].Wait(); done <- err }()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("Wait on a staged append did not write it")
+				}
+				sts = append(sts[:1], sts[2:]...)
+			}
+			for _, st := range sts {
+				if _, err := st.Wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, b := calls(), began(); n != 3 || b != b0+1 {
+				t.Fatalf("%d calls durable after %d fsyncs; want 3 after one", n, b-b0)
+			}
+		})
+	}
+}

@@ -39,7 +39,7 @@ import (
 const EnvCrashAt = "LONGHAUL_CRASH_AT"
 
 // Points are the crash points the controller exposes.
-var Points = []string{"call.logged", "train.before", "checkpoint.write", "snapshot.write", "train.after", "snapshot.before"}
+var Points = []string{"call.logged", "train.before", "checkpoint.write", "snapshot.write", "train.after", "snapshot.before", "seals.staged"}
 
 // CrashHook returns the hook a child process installs: it SIGKILLs the
 // process at the n-th hit of the point named in spec ("point:n"); nil when
