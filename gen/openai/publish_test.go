@@ -3,7 +3,10 @@ package openai
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -220,4 +223,54 @@ func (m markGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result
 		}
 	}
 	return res, err
+}
+
+// TestPublishSurvivesServerKilledMidReload: a server that dies while it
+// handles the reload (its connection closed with no answer and its port
+// refusing, as a SIGKILL during /update_weights_from_disk leaves it; here
+// the in-process server is closed from inside the handler) is an outage
+// to wait out, not a failed publish: the server that comes back confirms
+// the version.
+func TestPublishSurvivesServerKilledMidReload(t *testing.T) {
+	fa := server.NewFake(1)
+	sa, _ := server.New(fa.Backend("tinylm"), server.Options{})
+	a := &killable{}
+	killed := make(chan struct{})
+	var once sync.Once
+	a.h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/update_weights") {
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				a.kill()
+				close(killed)
+				return
+			}
+		}
+		sa.ServeHTTP(w, r)
+	})
+	a.start(t)
+	c := newClient(t, []string{"http://" + a.addr}, Options{MaxOutage: 10 * time.Second})
+	fa2 := server.NewFake(2)
+	sa2, _ := server.New(fa2.Backend("tinylm"), server.Options{})
+	a2 := &killable{h: sa2, addr: a.addr}
+	t.Cleanup(func() {
+		if a2.srv != nil {
+			a2.kill()
+		}
+	})
+	back := make(chan struct{})
+	go func() {
+		<-killed
+		time.Sleep(300 * time.Millisecond)
+		a2.start(t)
+		close(back)
+	}()
+	if err := c.Publish(t.Context(), "/weights", 3); err != nil {
+		t.Fatalf("publish across a server killed mid-reload: %v", err)
+	}
+	<-back
+	if v := c.ServedVersion("http://" + a.addr); v != 3 {
+		t.Fatalf("the server that came back serves version %d, want 3", v)
+	}
 }

@@ -212,12 +212,16 @@ func (c *Client) admin(ctx context.Context, b *backend, method, route string, bo
 	return nil
 }
 
-// isUnreachable tells a connection that never reached the server from a
-// server that answered or timed out.
+// isUnreachable tells a server that is gone (the connection never reached
+// it, or closed with no answer at all, as a server SIGKILLed mid-request
+// leaves it) from a server that answered or timed out.
 func isUnreachable(err error) bool {
 	var e *Error
 	if !errors.As(err, &e) || e.Status != 0 {
 		return false
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
 	}
 	s := err.Error()
 	return strings.Contains(s, "connection refused") || strings.Contains(s, "no such host") || strings.Contains(s, "connection reset")
