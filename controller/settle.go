@@ -8,9 +8,9 @@ package controller
 // deterministic mode the planner decides nothing while any group of the
 // round still runs (plan.go), so a group that is done waits for the
 // others to finish generating before it settles. Then the round's groups
-// settle together and its generation costs about one write, where a
-// rollout that waited for its own seal made about 11 a step, and each
-// fsync held up generation on the other core (docs/model.md, session 11).
+// settle together and its generation costs about one write, where
+// rollouts that waited for their own seals made about 11 writes a step,
+// each holding up generation on the other core (docs/model.md, session 11).
 
 import (
 	"context"
