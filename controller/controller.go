@@ -111,6 +111,7 @@ type Controller struct {
 	version    atomic.Int64 // the version the generator serves
 	inFlight   atomic.Int64
 	generating generating // groups whose members still run (settle.go)
+	unsettled  unsettled  // ended groups' staged appends, not yet durable (settle.go)
 
 	// events caches, per rollout, exactly the events this process made
 	// durable for it (seeded from the log when its attempt starts), so a

@@ -105,7 +105,7 @@ func (c *Controller) task(g *runlog.Group) (env.Task, error) {
 }
 
 // runGroup runs a launched group's unsealed members, each until it seals
-// or uses up its attempts, and settles what they staged (settle.go); the
+// or uses up its attempts, and disposes of what they staged (settle.go); the
 // loop counted it in c.generating when it launched it.
 func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Task, pool *workers) error {
 	var wg sync.WaitGroup
@@ -123,7 +123,7 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 	}
 	wg.Wait()
 	c.generating.done()
-	if err := c.settleGroup(ctx, pend, !c.cfg.Run.Throughput()); err != nil {
+	if err := c.endGroup(ctx, pend); err != nil {
 		return err
 	}
 	for _, err := range errs {

@@ -47,7 +47,14 @@ func (c *Controller) loop(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	pool := newWorkers() // the rollouts' goroutines (workers.go)
-	defer func() { cancel(); wg.Wait(); pool.stop() }()
+	defer func() {
+		cancel()
+		wg.Wait()
+		pool.stop()
+		// What ended groups staged is valid: written now, a resume does
+		// not run it again (and each staged append is waited on once).
+		_ = settle(c.unsettled.take())
+	}()
 	done := make(chan ended)
 	spawn := func(fn func() ended) {
 		wg.Add(1)
@@ -93,11 +100,16 @@ func (c *Controller) loop(ctx context.Context) error {
 		in.Now, in.Served = c.now(), c.version.Load()
 		var rd Ready
 		var err error
-		c.o.Log.View(func(st *runlog.State) { rd, err = c.planner.Take(st, c.cfg, c.order, in) })
+		view := c.o.Log.View
+		staged := c.unsettled.any()
+		if staged {
+			view = c.o.Log.ViewStaged // the round's records (settle.go)
+		}
+		view(func(st *runlog.State) { rd, err = c.planner.Take(st, c.cfg, c.order, in) })
 		if err != nil {
 			return err
 		}
-		if err := c.perform(ctx, &rd, &in, spawn, pool); err != nil {
+		if err := c.perform(ctx, &rd, &in, spawn, pool, staged); err != nil {
 			return err
 		}
 		c.planner.Advance()
@@ -176,9 +188,23 @@ func (c *Controller) tickEvery() time.Duration {
 
 // perform carries out a Ready: its events in one atomic append first,
 // then its effects, each started in a goroutine that reports when it ends.
-func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn func(func() ended), pool *workers) error {
+// staged: rd was taken from the log's staged state, so before any effect
+// starts, the unsettled appends it rests on are made durable (by the
+// decisions' own append, staged after them, when it has one).
+func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn func(func() ended), pool *workers, staged bool) error {
+	if staged && rd.Empty() {
+		return nil // the round still runs: nothing rests on its records yet
+	}
+	if staged {
+		c.o.Crash("seals.staged")
+	}
 	if len(rd.Append) > 0 {
 		if err := c.appendDecisions(ctx, rd); err != nil {
+			return err
+		}
+	}
+	if staged {
+		if err := settle(c.unsettled.take()); err != nil {
 			return err
 		}
 	}

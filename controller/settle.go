@@ -1,16 +1,27 @@
 package controller
 
-// One fsync for a step's generation. With an in-process environment a
-// rollout stages its calls, steps and seal (rollout.Spec.StageSeal) and the
-// run log writes staged appends only once somebody waits on them
-// (runlog.Log.Stage). A group's effect must end with its members' seals
-// durable, since the planner decides its outcome from the log; but in
-// deterministic mode the planner decides nothing while any group of the
-// round still runs (plan.go), so a group that is done waits for the
-// others to finish generating before it settles. Then the round's groups
-// settle together and its generation costs about one write, where
-// rollouts that waited for their own seals made about 11 writes a step,
-// each holding up generation on the other core (docs/model.md, session 11).
+// One write for a step's generation and the decisions it leads to. With
+// an in-process environment a rollout stages its calls, steps and seal
+// (rollout.Spec.StageSeal), and the run log writes staged appends only
+// once somebody waits on them (runlog.Log.Stage).
+//
+// Throughput mode: a group whose members are done waits for their appends
+// before it ends, since the planner decides its outcome from the durable
+// log while other groups run.
+//
+// Deterministic mode: the planner decides nothing while any group of the
+// round still runs (plan.go), so a group whose members are done waits for
+// the round's other groups to finish generating, then leaves its members'
+// staged appends with the controller (c.unsettled) and ends. While any are
+// unsettled the loop plans from the log's staged state
+// (runlog.Log.ViewStaged); a Ready taken from it appends its decisions
+// first, staged after the round's records, and waits for them (a durable
+// append's predecessors are durable) before it starts any effect. So a
+// round costs one write where it cost two (its records, then the
+// decisions on them), no effect outside the process (training, publishing,
+// a checkpoint, the next round's calls) acts on a record that is not
+// durable, and generation ends with the last seal rather than after a
+// write (docs/model.md, sessions 11 and 12).
 
 import (
 	"context"
@@ -63,10 +74,51 @@ func (g *generating) wait(ctx context.Context) {
 	}
 }
 
-// settleGroup makes the members' staged appends durable (each is waited
-// on exactly once, whatever fails). quiet: wait for the other groups to
-// finish generating first.
-func (c *Controller) settleGroup(ctx context.Context, pend [][]runlog.Staged, quiet bool) error {
+// unsettled holds the staged appends of deterministic rounds' ended groups
+// until the loop makes them durable.
+type unsettled struct {
+	mu   sync.Mutex
+	pend []runlog.Staged
+}
+
+func (u *unsettled) add(pend [][]runlog.Staged) {
+	u.mu.Lock()
+	for _, p := range pend {
+		u.pend = append(u.pend, p...)
+	}
+	u.mu.Unlock()
+}
+
+func (u *unsettled) any() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.pend) > 0
+}
+
+func (u *unsettled) take() []runlog.Staged {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	p := u.pend
+	u.pend = nil
+	return p
+}
+
+// settle waits on each staged append exactly once, whatever fails, and
+// returns the first error.
+func settle(pend []runlog.Staged) error {
+	var first error
+	for _, st := range pend {
+		if _, err := st.Wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// endGroup disposes of an ended group's staged appends (throughput mode:
+// made durable now; deterministic: left unsettled once the round is done
+// generating).
+func (c *Controller) endGroup(ctx context.Context, pend [][]runlog.Staged) error {
 	n := 0
 	for _, p := range pend {
 		n += len(p)
@@ -74,17 +126,15 @@ func (c *Controller) settleGroup(ctx context.Context, pend [][]runlog.Staged, qu
 	if n == 0 {
 		return nil
 	}
-	if quiet {
+	if !c.cfg.Run.Throughput() {
 		c.generating.wait(ctx)
+		c.unsettled.add(pend)
+		return nil
 	}
 	c.o.Crash("seals.staged")
-	var first error
+	var all []runlog.Staged
 	for _, p := range pend {
-		for _, st := range p {
-			if _, err := st.Wait(); err != nil && first == nil {
-				first = err
-			}
-		}
+		all = append(all, p...)
 	}
-	return first
+	return settle(all)
 }

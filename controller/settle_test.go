@@ -10,6 +10,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/train"
 )
 
 // unitFS records where each fsync of a chunk file left it: the run log's
@@ -51,9 +52,11 @@ func (f unitFile) Sync() error {
 }
 
 // TestRoundSettlesInOneWrite: in deterministic mode a step's rollouts
-// stage their calls and seals, and the step's groups settle together once
-// all of them are done: every seal of a step reaches the disk in the same
-// write (one fsync), instead of one write per rollout or group.
+// stage their calls and seals, and once all of them are done the planner
+// decides on the round from the staged records: every seal of a step and
+// the planner's GroupCommitted for each of its groups reach the disk in
+// the same write (one fsync), instead of one write per rollout or group,
+// or one for the round and one for the decisions.
 func TestRoundSettlesInOneWrite(t *testing.T) {
 	h := newHarness(t, testConfig(t, "run.max_steps=3", "grpo.num_prompts_per_step=3", "rollout.max_turns=4"))
 	ufs := &unitFS{FS: storage.OS, size: map[string]int64{}, units: map[string][]int64{}}
@@ -80,8 +83,17 @@ func TestRoundSettlesInOneWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	seals := 0
+	seals, commits := 0, 0
 	if err := l.Events(context.Background(), func(off runlog.Offset, ev runlog.Event) error {
+		if c, ok := ev.(runlog.GroupCommitted); ok {
+			// the planner's decision on the round goes out with it
+			k := st.Groups[c.Group].ForStep
+			if perStep[k] == nil {
+				perStep[k] = map[int]bool{}
+			}
+			perStep[k][unitOf(off)] = true
+			commits++
+		}
 		if s, ok := ev.(runlog.RolloutSealed); ok {
 			k := st.Groups[s.Rollout.Group].ForStep
 			if perStep[k] == nil {
@@ -95,12 +107,85 @@ func TestRoundSettlesInOneWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Generation runs run.max_lag (1) steps ahead: 4 steps generated.
-	if len(perStep) != 4 || seals != 4*3*2 {
-		t.Fatalf("%d seals over %d steps; want 24 over 4", seals, len(perStep))
+	if len(perStep) != 4 || seals != 4*3*2 || commits != 4*3 {
+		t.Fatalf("%d seals and %d group commits over %d steps; want 24 and 12 over 4", seals, commits, len(perStep))
 	}
 	for k, us := range perStep {
 		if len(us) != 1 {
-			t.Errorf("step %d: its 6 seals went out in %d writes, want one", k, len(us))
+			t.Errorf("step %d: its 6 seals and 3 group commits went out in %d writes, want one", k, len(us))
 		}
+	}
+}
+
+// syncedAtTrain is a trainer that notes, at each TrainStep, how far the
+// run log's chunk is durable (the last fsync'd size).
+type syncedAtTrain struct {
+	*fakeTrainer
+	ufs    *unitFS
+	synced []int64
+}
+
+func (s *syncedAtTrain) TrainStep(ctx context.Context, b train.Batch) (train.StepStats, error) {
+	s.ufs.mu.Lock()
+	var at int64
+	for _, u := range s.ufs.units {
+		if len(u) > 0 {
+			at = u[len(u)-1]
+		}
+	}
+	s.ufs.mu.Unlock()
+	s.synced = append(s.synced, at)
+	return s.fakeTrainer.TrainStep(ctx, b)
+}
+
+// TestTrainerSeesOnlyDurableRounds: the planner decides on a round from
+// its staged records, but no effect acts on them before they are durable:
+// when the trainer is called for step k, every call, step, seal and group
+// commit of step k's groups is inside the fsync'd part of the log.
+func TestTrainerSeesOnlyDurableRounds(t *testing.T) {
+	h := newHarness(t, testConfig(t, "run.max_steps=3", "grpo.num_prompts_per_step=3", "rollout.max_turns=4"))
+	ufs := &unitFS{FS: storage.OS, size: map[string]int64{}, units: map[string][]int64{}}
+	h.fs = ufs
+	tr := &syncedAtTrain{fakeTrainer: h.tr, ufs: ufs}
+	if err := h.runWith(context.Background(), tr); err != nil {
+		t.Fatal(err)
+	}
+	if len(ufs.units) != 1 || len(tr.synced) != 3 {
+		t.Fatalf("%d chunk files, %d train steps; the test reads one file and 3 steps", len(ufs.units), len(tr.synced))
+	}
+	st := h.state()
+	l, err := runlog.Open(context.Background(), h.dir, runlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	checked := 0
+	if err := l.Events(context.Background(), func(off runlog.Offset, ev runlog.Event) error {
+		var g runlog.GroupID
+		switch e := ev.(type) {
+		case runlog.GroupCommitted:
+			g = e.Group
+		case runlog.RolloutSealed:
+			g = e.Rollout.Group
+		case runlog.CallFinished:
+			g = e.Rollout.Group
+		default:
+			return nil
+		}
+		k := st.Groups[g].ForStep
+		if k < 1 || k > 3 {
+			return nil // generated ahead, never trained
+		}
+		checked++
+		if int64(off) >= tr.synced[k-1] {
+			t.Errorf("step %d: a %T of group %d at offset %d was not durable when the trainer was called (durable to %d)",
+				k, ev, g, off, tr.synced[k-1])
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if checked < 3*3*(2+2) {
+		t.Fatalf("checked %d records of the trained steps; want at least their seals, calls and commits", checked)
 	}
 }

@@ -180,6 +180,18 @@ func (l *Log) View(fn func(s *State)) {
 	fn(l.s)
 }
 
+// ViewStaged is View over the state with every staged append applied,
+// durable or not (what Stage validated against). A decision taken from it
+// may rest on records a crash would lose, so whatever acts on it outside
+// the process must first wait for an append staged after it: durability
+// is a prefix of the staging order. fn runs under the staging lock and
+// must neither stage nor wait.
+func (l *Log) ViewStaged(fn func(s *State)) {
+	l.stageMu.Lock()
+	defer l.stageMu.Unlock()
+	fn(l.w)
+}
+
 // markDirty records what an event changed, for incremental snapshots.
 func (l *Log) markDirty(ev Event) {
 	if ev.Kind() == KindRewound {
