@@ -59,3 +59,58 @@ func TestRolloutsAreCallers(t *testing.T) {
 		t.Fatalf("%d callers away after the run", n)
 	}
 }
+
+// batchSizes records the size of every call that reaches the generator
+// behind a batcher.
+type batchSizes struct {
+	g     gen.Generator
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (s *batchSizes) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+	s.mu.Lock()
+	s.sizes = append(s.sizes, len(reqs))
+	s.mu.Unlock()
+	return s.g.Generate(ctx, reqs)
+}
+
+// TestRoundsFirstCallsShareOneBatch: the loop counts a launched group's
+// members away by the batcher before any of them starts (gen.Expect), so
+// every round's first calls, one per rollout, reach the generator as one
+// call, and no member is left counted away at the end (a leak would hold
+// every later batch for the window).
+func TestRoundsFirstCallsShareOneBatch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const steps, members, window = 3, 2 * 4, 30 * time.Second
+	h := newHarness(t, testConfig(t, "run.max_steps=3", "grpo.num_generations_per_prompt=4"))
+	var b *gen.Batcher
+	rec := &batchSizes{}
+	h.wrap = func(g gen.Generator) gen.Generator {
+		rec.g = g
+		b = gen.NewBatcher(ctx, rec, 64, window)
+		return b
+	}
+	start := time.Now()
+	if err := h.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > window/2 {
+		t.Fatalf("the run took %v: batches waited for the window, not for their callers", took)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	full := 0
+	for _, n := range rec.sizes {
+		if n == members {
+			full++
+		}
+	}
+	if len(rec.sizes) == 0 || rec.sizes[0] != members || full < steps {
+		t.Fatalf("calls of %v requests: want each of the %d rounds to start with one call of its %d rollouts", rec.sizes, steps, members)
+	}
+	if n := b.Away(); n != 0 {
+		t.Fatalf("%d callers away after the run", n)
+	}
+}

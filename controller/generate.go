@@ -13,6 +13,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
@@ -107,7 +108,10 @@ func (c *Controller) task(g *runlog.Group) (env.Task, error) {
 // runGroup runs a launched group's unsealed members, each until it seals
 // or uses up its attempts, and disposes of what they staged (settle.go); the
 // loop counted it in c.generating when it launched it.
-func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Task, pool *workers) error {
+//
+// callers holds the members' gen.Callers, counted away by the generator
+// since the launch (expectMembers); nil for a sealed member.
+func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Task, pool *workers, callers []*gen.Caller) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(g.Members))
 	pend := make([][]runlog.Staged, len(g.Members)) // the members' staged seals, unsettled
@@ -118,7 +122,7 @@ func (c *Controller) runGroup(ctx context.Context, g *runlog.Group, task env.Tas
 		wg.Add(1)
 		pool.run(func() {
 			defer wg.Done()
-			errs[i] = c.runMember(ctx, g, m.ID, task, &pend[i])
+			errs[i] = c.runMember(ctx, g, m.ID, task, &pend[i], callers[i])
 		})
 	}
 	wg.Wait()
@@ -156,4 +160,20 @@ func (e *exhaustedError) Unwrap() error { return e.err }
 func isExhausted(err error) bool {
 	var ex *exhaustedError
 	return errors.As(err, &ex)
+}
+
+// expectMembers makes a gen.Caller for each member of g still to run and
+// counts it away by the generator (gen.Expect) before any member starts,
+// so the generator gathers the members' first calls with those of the
+// round's other groups instead of running the first to arrive alone.
+func (c *Controller) expectMembers(g *runlog.Group) []*gen.Caller {
+	callers := make([]*gen.Caller, len(g.Members))
+	for i, m := range g.Members {
+		if m.Status == runlog.StatusSealed {
+			continue
+		}
+		callers[i] = &gen.Caller{}
+		gen.Expect(c.o.Generator, callers[i])
+	}
+	return callers
 }

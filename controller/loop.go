@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/train"
@@ -230,9 +231,15 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 	// Counted before any starts: a group done early waits for the round's
 	// other groups (settle.go), not only for those already started.
 	c.generating.add(len(launch))
+	callers := make([][]*gen.Caller, len(launch))
+	for i, g := range launch {
+		callers[i] = c.expectMembers(g)
+	}
 	for i, g := range launch {
 		in.Running[g.ID] = true
-		spawn(func() ended { return ended{kind: effGroup, group: g.ID, err: c.runGroup(ctx, g, tasks[i], pool)} })
+		spawn(func() ended {
+			return ended{kind: effGroup, group: g.ID, err: c.runGroup(ctx, g, tasks[i], pool, callers[i])}
+		})
 	}
 	if rd.Train > 0 {
 		in.Training, in.TrainStep = true, rd.Train

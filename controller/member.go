@@ -30,9 +30,15 @@ import (
 //
 // A sealed attempt returns with its seal and what came before it maybe
 // only staged: they are left in pend for the group to settle (settle.go).
-func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.RolloutID, task env.Task, pend *[]runlog.Staged) error {
+//
+// first, when not nil, is the caller the generator has counted away since
+// the group's launch (expectMembers): the first attempt calls as first,
+// and a member that does not go straight to its calls (done, out of
+// budget, backing off, failed) leaves it, so no batch waits for it.
+func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.RolloutID, task env.Task, pend *[]runlog.Staged, first *gen.Caller) error {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
+	defer first.Leave() // a no-op once left
 	rf := c.cfg.RolloutFailure
 	for {
 		var r runlog.Rollout
@@ -46,6 +52,8 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 				err: errors.New(r.LastFailure.Reason)}
 		}
 		if next.backoff > 0 {
+			first.Leave()
+			first = nil
 			select {
 			case <-time.After(next.backoff):
 			case <-ctx.Done():
@@ -75,7 +83,11 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 		ct := c.attemptTimer(ccancel)
 		// The attempt's calls are one gen.Caller's: the batcher closes a
 		// batch when the rollouts it answered are back (gen/caller.go).
-		caller := &gen.Caller{}
+		caller := first
+		if first == nil {
+			caller = &gen.Caller{}
+		}
+		first = nil
 		sp, rec := c.spec(g, id, attempt, task, ct)
 		_, err = rollout.Run(gen.WithCaller(cctx, caller), sp, prior)
 		caller.Leave()

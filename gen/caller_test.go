@@ -242,3 +242,53 @@ type oneLane struct{ g *gateGen }
 func (o oneLane) Generate(ctx context.Context, reqs []Request) ([]Result, error) {
 	return o.g.Generate(ctx, reqs)
 }
+
+// TestExpectedCallersShareTheFirstCall: callers the batcher was told to
+// expect (a step's rollouts, launched together) are gathered into one
+// call however far apart their first calls come, where the first to
+// arrive would otherwise run alone; one that leaves without calling holds
+// nothing, and none is counted away afterwards.
+func TestExpectedCallersShareTheFirstCall(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inner := &countingGen{}
+	const window = 30 * time.Second
+	b := newBatcher(ctx, inner, 64, window, 100*time.Microsecond)
+	callers := make([]*Caller, 5)
+	for i := range callers {
+		callers[i] = &Caller{}
+		Expect(b, callers[i])
+	}
+	Expect(inner, &Caller{}) // not a batcher: nothing to count
+	start := time.Now()
+	errs := make(chan error, len(callers))
+	for i, c := range callers {
+		go func() {
+			time.Sleep(time.Duration(i) * 4 * time.Millisecond)
+			if i == 4 {
+				c.Leave()
+				errs <- nil
+				return
+			}
+			_, err := b.Generate(WithCaller(ctx, c), []Request{{Seed: uint64(i)}})
+			c.Leave()
+			errs <- err
+		}()
+	}
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took > window/2 {
+		t.Fatalf("took %v: the call waited for the window, not for the expected callers", took)
+	}
+	inner.mu.Lock()
+	defer inner.mu.Unlock()
+	if !slices.Equal(inner.calls, []int{4}) {
+		t.Fatalf("calls of %v requests, want the 4 expected callers' first calls in one", inner.calls)
+	}
+	if n := b.Away(); n != 0 {
+		t.Fatalf("%d callers away after all left", n)
+	}
+}
