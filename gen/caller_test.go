@@ -38,19 +38,7 @@ func TestBatcherWaitsForAnsweredCallers(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for range 8 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if took := time.Since(start); took > window/2 {
-		t.Fatalf("took %v: the batch waited for the window, not for its callers", took)
-	}
-	inner.mu.Lock()
-	defer inner.mu.Unlock()
-	if !slices.Equal(inner.calls, []int{7}) {
-		t.Fatalf("calls of %v requests: the returning callers were not gathered into one call of 7", inner.calls)
-	}
+	oneCall(t, errs, 8, start, window, inner, 7)
 	if n := b.turns.n.Load(); n != 7 {
 		t.Fatalf("%d callers away after the call, want the 7 it answered", n)
 	}
@@ -275,20 +263,27 @@ func TestExpectedCallersShareTheFirstCall(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for range callers {
+	oneCall(t, errs, len(callers), start, window, inner, 4)
+	if n := b.Away(); n != 0 {
+		t.Fatalf("%d callers away after all left", n)
+	}
+}
+
+// oneCall takes n results from errs and checks that the callers' requests
+// reached inner as one call of want, well before the batcher's window.
+func oneCall(t *testing.T, errs <-chan error, n int, start time.Time, window time.Duration, inner *countingGen, want int) {
+	t.Helper()
+	for range n {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
 	if took := time.Since(start); took > window/2 {
-		t.Fatalf("took %v: the call waited for the window, not for the expected callers", took)
+		t.Fatalf("took %v: the batch waited for the window, not for its callers", took)
 	}
 	inner.mu.Lock()
 	defer inner.mu.Unlock()
-	if !slices.Equal(inner.calls, []int{4}) {
-		t.Fatalf("calls of %v requests, want the 4 expected callers' first calls in one", inner.calls)
-	}
-	if n := b.Away(); n != 0 {
-		t.Fatalf("%d callers away after all left", n)
+	if !slices.Equal(inner.calls, []int{want}) {
+		t.Fatalf("calls of %v requests: the callers were not gathered into one call of %d", inner.calls, want)
 	}
 }
