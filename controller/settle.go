@@ -25,6 +25,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -81,11 +82,9 @@ type unsettled struct {
 	pend []runlog.Staged
 }
 
-func (u *unsettled) add(pend [][]runlog.Staged) {
+func (u *unsettled) add(pend []runlog.Staged) {
 	u.mu.Lock()
-	for _, p := range pend {
-		u.pend = append(u.pend, p...)
-	}
+	u.pend = append(u.pend, pend...)
 	u.mu.Unlock()
 }
 
@@ -119,22 +118,15 @@ func settle(pend []runlog.Staged) error {
 // made durable now; deterministic: left unsettled once the round is done
 // generating).
 func (c *Controller) endGroup(ctx context.Context, pend [][]runlog.Staged) error {
-	n := 0
-	for _, p := range pend {
-		n += len(p)
-	}
-	if n == 0 {
+	all := slices.Concat(pend...)
+	if len(all) == 0 {
 		return nil
 	}
 	if !c.cfg.Run.Throughput() {
 		c.generating.wait(ctx)
-		c.unsettled.add(pend)
+		c.unsettled.add(all)
 		return nil
 	}
 	c.o.Crash("seals.staged")
-	var all []runlog.Staged
-	for _, p := range pend {
-		all = append(all, p...)
-	}
 	return settle(all)
 }
