@@ -119,26 +119,38 @@ func (p *kvPool) seed(key uint64, seqs []*genSeq, parent, shared []int, c Config
 
 // keep makes each finished sequence of a call (its prompt and the sampled
 // tokens decode fed: s.pos positions) an entry of key, or returns its
-// cache to the spares when the budget cannot hold one.
+// cache to the spares when the budget cannot hold one. The call owns its
+// caches until they are inserted, so their keys are laid out before the
+// pool is locked: the other lane's calls need the lock meanwhile.
 func (p *kvPool) keep(key uint64, seqs []*genSeq, c Config) {
+	size := kvBytes(c)
+	p.mu.Lock()
+	budget := p.budget
+	p.mu.Unlock()
+	var ents []*prefixEntry
+	if budget >= size {
+		ents = make([]*prefixEntry, len(seqs))
+		for i, s := range seqs {
+			n := len(s.req.Prompt)
+			toks := make([]int32, s.pos)
+			copy(toks, s.req.Prompt)
+			copy(toks[n:], s.res.Tokens[:s.pos-n])
+			// decode writes only the transposed keys; prefill's forward
+			// and copyKV read the rows (a few positions per call)
+			untransposeKeys(s.kv, n, s.pos, c)
+			ents[i] = &prefixEntry{key: key, toks: toks, kv: s.kv, bytes: size}
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	size := kvBytes(c)
-	for _, s := range seqs {
+	for i, s := range seqs {
 		kv := s.kv
 		s.kv = nil
-		if p.budget < size {
+		if ents == nil || p.budget < size {
 			p.put(kv)
 			continue
 		}
-		n := len(s.req.Prompt)
-		toks := make([]int32, s.pos)
-		copy(toks, s.req.Prompt)
-		copy(toks[n:], s.res.Tokens[:s.pos-n])
-		// decode writes only the transposed keys; prefill's forward
-		// and copyKV read the rows (a few positions per call)
-		untransposeKeys(kv, n, s.pos, c)
-		p.insert(&prefixEntry{key: key, toks: toks, kv: kv, bytes: size})
+		p.insert(ents[i])
 	}
 }
 

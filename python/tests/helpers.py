@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import torch
@@ -8,8 +10,15 @@ from longhaul_trainer.batch import Batch
 from longhaul_trainer.trainer import LossConfig, OptimConfig, Trainer
 
 
+def tmpdir(prefix="lh-test-"):
+    """A fresh temporary directory, removed when the test process exits."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
 def tiny_dir(arch="qwen3", seed=1, tie=True):
-    d = tempfile.mkdtemp(prefix="lh-tiny-")
+    d = tmpdir("lh-tiny-")
     m = lm.CausalLM(lm.Config(lm.tiny_config(arch, vocab=64, hidden=32, layers=2, heads=4, kv_heads=2, inter=48, tie=tie)))
     lm.init_weights(m, seed)
     lm.save_hf(m, d)

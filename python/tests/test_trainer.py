@@ -2,7 +2,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import unittest
 
 import torch
@@ -11,7 +10,7 @@ from longhaul_trainer import batch as wire
 from longhaul_trainer import model as lm
 from longhaul_trainer import safetensors_io as st
 from longhaul_trainer.batch import BadRequest, Invalid
-from tests.helpers import batch, make_trainer, rows, tiny_dir, weights
+from tests.helpers import batch, make_trainer, rows, tiny_dir, tmpdir, weights
 
 torch.use_deterministic_algorithms(True)
 
@@ -128,7 +127,7 @@ class ResumeTest(unittest.TestCase):
     def test_exact_resume(self):
         """Training straight through equals save, load into a fresh process-like trainer, continue: bit for bit."""
         d = tiny_dir()
-        root = tempfile.mkdtemp()
+        root = tmpdir()
         a = make_trainer(d)
         for k in range(2):
             a.train_step(batch(10 + k))
@@ -150,7 +149,7 @@ class ResumeTest(unittest.TestCase):
 
     def test_rng_restored(self):
         d = tiny_dir()
-        root = tempfile.mkdtemp()
+        root = tmpdir()
         a = make_trainer(d)
         torch.manual_seed(5)
         a.save_checkpoint(os.path.join(root, "ck"))
@@ -161,7 +160,7 @@ class ResumeTest(unittest.TestCase):
 
     def test_corrupt_and_non_empty(self):
         d = tiny_dir()
-        root = tempfile.mkdtemp()
+        root = tmpdir()
         a = make_trainer(d)
         ck = os.path.join(root, "ck")
         a.save_checkpoint(ck)
@@ -182,7 +181,7 @@ class ResumeTest(unittest.TestCase):
             d = tiny_dir(arch, tie=tie)
             t = make_trainer(d)
             t.train_step(batch(2))
-            out = tempfile.mkdtemp()
+            out = tmpdir()
             t.export_weights(os.path.join(out, "model.safetensors"))
             with open(os.path.join(out, "config.json")) as f:
                 self.assertEqual(json.load(f)["model_type"], arch)
