@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -30,7 +31,7 @@ func TestCallTimeoutFailsTheAttempt(t *testing.T) {
 	var reasons []string
 	for _, ev := range h.events() {
 		if f, ok := ev.(runlog.RolloutFailed); ok {
-			if f.Rollout != victim || f.Class != runlog.ClassInfra {
+			if f.Rollout != victim || f.Class != failure.Infra {
 				t.Fatalf("unexpected failure %+v", f)
 			}
 			reasons = append(reasons, f.Reason)

@@ -25,16 +25,16 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/cputime"
-	"github.com/longhaul-rl/longhaul/internal/metrics"
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/metrics"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/store"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
 // Config is the controller's typed configuration, built from the run
-// config in one place (internal/config/packages.go, Controller).
+// config in one place (config/packages.go, Controller).
 type Config = ctlconfig.Config
 
 // Options are the controller's dependencies.
@@ -56,7 +56,7 @@ type Options struct {
 	// runs it again.
 	WarmStart func(ctx context.Context) error
 	// Metrics receives each step's row (metrics.jsonl, TensorBoard,
-	// Prometheus: internal/metrics.Sinks).
+	// Prometheus: metrics.Sinks).
 	Metrics metrics.Sink
 	Logger  *slog.Logger
 	// Crash, when set, is called at named points of the loop (tests use it
@@ -84,7 +84,7 @@ type Options struct {
 	// for a server through an outage (up to rollout_failure.max_outage_s).
 	GenBoundsCalls bool
 	// FS is the storage seam checkpoints are written through (nil: the OS).
-	FS storage.FS
+	FS store.FS
 	// FinalWeights, when set, is where the trainer's weights are exported
 	// once the run ends. The export is part of the run, so a trainer that
 	// lost its state after the last step is restored and the steps since
@@ -163,7 +163,7 @@ func New(o Options) (*Controller, error) {
 		return nil, errors.New("controller: config not built from a validated run config (config.Controller)")
 	}
 	if o.FS == nil {
-		o.FS = storage.OS
+		o.FS = store.OS
 	}
 	order, err := data.NewOrder(o.Dataset, o.Config.Run.Seed, o.Config.Shuffle)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/controller/ctlconfig"
 	"github.com/longhaul-rl/longhaul/data"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -46,7 +46,7 @@ func nextAttempt(r *runlog.Rollout, rf ctlconfig.RolloutFailure, seed uint64) at
 		return attemptPlan{exhausted: true}
 	}
 	p := attemptPlan{start: true, restart: diverged(r)}
-	if r.LastFailure.Class == failclass.Infra && r.InfraFailures > 0 {
+	if r.LastFailure.Class == failure.Infra && r.InfraFailures > 0 {
 		p.backoff = backoff(rf, seed, r.ID, r.Attempt+1, r.InfraFailures)
 	}
 	return p
@@ -65,7 +65,7 @@ func exhausted(r *runlog.Rollout, rf ctlconfig.RolloutFailure) bool {
 // fact is read from the logged failure's reason, which rollout.Run writes
 // from the typed error, so a restarted process sees it too.
 func diverged(r *runlog.Rollout) bool {
-	return r.Status == runlog.StatusFailed && r.LastFailure.Class == failclass.Data &&
+	return r.Status == runlog.StatusFailed && r.LastFailure.Class == failure.Data &&
 		strings.Contains(r.LastFailure.Reason, rollout.ErrDiverged.Error())
 }
 

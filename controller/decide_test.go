@@ -3,7 +3,8 @@ package controller
 import (
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/internal/config"
+	"github.com/longhaul-rl/longhaul/config"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
@@ -23,13 +24,13 @@ func TestNextAttempt(t *testing.T) {
 		{"running resumes", runlog.Rollout{Status: runlog.StatusRunning, Attempt: 3}, attemptPlan{}},
 		{"pending starts", runlog.Rollout{Status: runlog.StatusPending}, attemptPlan{start: true}},
 		{"regenerated restarts", runlog.Rollout{Status: runlog.StatusPending, Regenerate: true}, attemptPlan{start: true, restart: true}},
-		{"data failure retries", failed(0, 1, runlog.ClassData, "bad"), attemptPlan{start: true}},
-		{"diverged restarts", failed(0, 1, runlog.ClassData, "data failure: resume: "+rollout.ErrDiverged.Error()+": turn 2"),
+		{"data failure retries", failed(0, 1, failure.Data, "bad"), attemptPlan{start: true}},
+		{"diverged restarts", failed(0, 1, failure.Data, "data failure: resume: "+rollout.ErrDiverged.Error()+": turn 2"),
 			attemptPlan{start: true, restart: true}},
-		{"data budget used", failed(1, 2, runlog.ClassData, "bad"), attemptPlan{exhausted: true}},
-		{"infra budget used", failed(4, 0, runlog.ClassInfra, "timeout"), attemptPlan{exhausted: true}},
+		{"data budget used", failed(1, 2, failure.Data, "bad"), attemptPlan{exhausted: true}},
+		{"infra budget used", failed(4, 0, failure.Infra, "timeout"), attemptPlan{exhausted: true}},
 		// Failures of the previous budget round (Failures) do not count.
-		{"new round after a requeue", runlog.Rollout{Status: runlog.StatusFailed, Failures: 9, LastFailure: runlog.Failure{Class: runlog.ClassData}},
+		{"new round after a requeue", runlog.Rollout{Status: runlog.StatusFailed, Failures: 9, LastFailure: runlog.Failure{Class: failure.Data}},
 			attemptPlan{start: true}},
 	} {
 		got := nextAttempt(&tc.r, rf, 1)
@@ -39,9 +40,9 @@ func TestNextAttempt(t *testing.T) {
 		}
 	}
 	// Infra failures back off, growing with the count, capped.
-	r := failed(1, 0, runlog.ClassInfra, "timeout")
+	r := failed(1, 0, failure.Infra, "timeout")
 	d1 := nextAttempt(&r, rf, 1).backoff
-	r = failed(3, 0, runlog.ClassInfra, "timeout")
+	r = failed(3, 0, failure.Infra, "timeout")
 	d3 := nextAttempt(&r, rf, 1).backoff
 	if d1 <= 0 || d3 <= d1 || d3.Seconds() > rf.BackoffCapS {
 		t.Fatalf("backoff after 1 infra failure %v, after 3 %v (cap %gs)", d1, d3, rf.BackoffCapS)

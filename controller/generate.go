@@ -13,8 +13,8 @@ import (
 
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -49,7 +49,7 @@ func (c *Controller) checkDropCaps() error {
 			g := st.Groups[id]
 			switch g.Status {
 			case runlog.GroupStatusDropped:
-				if dropClass(g) == failclass.Infra {
+				if dropClass(g) == failure.Infra {
 					run++
 					worst, lastInfra = max(worst, run), id
 				} else {
@@ -81,7 +81,7 @@ func dropClass(g *runlog.Group) string {
 			return r.LastFailure.Class
 		}
 	}
-	return failclass.Data
+	return failure.Data
 }
 
 func (c *Controller) task(g *runlog.Group) (env.Task, error) {

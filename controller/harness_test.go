@@ -10,16 +10,17 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/internal/config"
-	"github.com/longhaul-rl/longhaul/internal/metrics"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/metrics"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -166,7 +167,7 @@ type harness struct {
 	// wrap, when set, is put around the fake generator.
 	wrap func(gen.Generator) gen.Generator
 	// fs, when set, is the run log's file system in run.
-	fs storage.FS
+	fs store.FS
 }
 
 func newHarness(t testing.TB, cfg *config.Config) *harness {
@@ -251,7 +252,7 @@ var errCrash = errors.New("test crash")
 
 // injected is an infra failure of the fake generator.
 func injected(k callKey) error {
-	return rollout.Infra("generate", fmt.Errorf("injected failure of %s", k))
+	return failure.NewInfra("generate", fmt.Errorf("injected failure of %s", k))
 }
 
 // metrics reads the run's metrics.jsonl (the last line of each step).

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/internal/config"
-	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/config"
+	"github.com/longhaul-rl/longhaul/metrics"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 

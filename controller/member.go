@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
@@ -116,8 +116,8 @@ func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.R
 			timeout = nil
 		}
 		if timeout != nil {
-			err = rollout.Infra("rollout", timeout)
-			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: failclass.Infra, Reason: err.Error()}); aerr != nil {
+			err = failure.NewInfra("rollout", timeout)
+			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: failure.Infra, Reason: err.Error()}); aerr != nil {
 				return aerr
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"pgregory.net/rapid"
 )
@@ -60,7 +60,7 @@ func TestControllerModel(t *testing.T) {
 			case badCursor && g%3 == 0 && k.id.Member == 0 && k.call == 1 && n <= 3:
 				// Two failures use up the first budget round; the third
 				// fails the retried round's first attempt, the fourth works.
-				return rollout.Data("generate", fmt.Errorf("injected bad output of %s", k))
+				return failure.NewData("generate", fmt.Errorf("injected bad output of %s", k))
 			case int(k.call+uint32(g)+uint32(k.id.Member))%infraEvery == 0 && n == 1:
 				return injected(k)
 			}
@@ -169,7 +169,7 @@ func (h *harness) checkInvariants(rt *rapid.T, inOrder bool) {
 			k := key{e.Rollout, e.Class}
 			round[k]++
 			limit := rf.MaxDataAttempts
-			if e.Class == runlog.ClassInfra {
+			if e.Class == failure.Infra {
 				limit = rf.MaxInfraAttempts
 			}
 			if round[k] > limit {

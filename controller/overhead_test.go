@@ -8,17 +8,17 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/examples"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -82,7 +82,7 @@ func BenchmarkControllerPerCall(b *testing.B) {
 		return data.Prompt{ID: t.ID, Task: raw}, nil
 	})
 	dir := b.TempDir()
-	fs := &syncCounter{FS: storage.OS}
+	fs := &syncCounter{FS: store.OS}
 	l, err := runlog.Open(context.Background(), dir, runlog.Options{FS: fs})
 	if err != nil {
 		b.Fatal(err)
@@ -122,12 +122,12 @@ func BenchmarkControllerPerCall(b *testing.B) {
 // is what makes a call cheap, and each fsync costs ~100-200 µs of kernel
 // CPU on the project's VM.
 type syncCounter struct {
-	storage.FS
+	store.FS
 	syncs     atomic.Int64
 	packSyncs atomic.Int64 // of blob packs, counted in syncs too
 }
 
-func (c *syncCounter) OpenFile(name string, flag int, perm os.FileMode) (storage.File, error) {
+func (c *syncCounter) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
 	f, err := c.FS.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
@@ -140,7 +140,7 @@ func (c *syncCounter) OpenFile(name string, flag int, perm os.FileMode) (storage
 }
 
 type countedFile struct {
-	storage.File
+	store.File
 	n, pack *atomic.Int64
 }
 

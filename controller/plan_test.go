@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/data"
-	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 )

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -22,7 +22,7 @@ func TestRetryKeepsSealedWorkAndResumes(t *testing.T) {
 	victim := runlog.RolloutID{Group: gid, Member: 1}
 	h.gen.fail = func(_ context.Context, k callKey, n int) error {
 		if k.id == victim && k.call == 1 && n <= 2 {
-			return rollout.Data("generate", errors.New("injected bad output"))
+			return failure.NewData("generate", errors.New("injected bad output"))
 		}
 		return nil
 	}
@@ -83,7 +83,7 @@ func TestRetryGivesUp(t *testing.T) {
 	victim := runlog.RolloutID{Group: gid, Member: 0}
 	h.gen.fail = func(_ context.Context, k callKey, n int) error {
 		if k.id == victim {
-			return rollout.Data("generate", errors.New("always bad"))
+			return failure.NewData("generate", errors.New("always bad"))
 		}
 		return nil
 	}
@@ -115,7 +115,7 @@ func TestThroughputRegeneratesStaleMembers(t *testing.T) {
 	victim := runlog.RolloutID{Group: gid, Member: 1}
 	h.gen.fail = func(_ context.Context, k callKey, n int) error {
 		if k.id == victim && k.call == 1 && n == 1 {
-			return rollout.Data("generate", errors.New("injected bad output"))
+			return failure.NewData("generate", errors.New("injected bad output"))
 		}
 		return nil
 	}

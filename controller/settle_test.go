@@ -8,21 +8,21 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
 // unitFS records where each fsync of a chunk file left it: the run log's
 // units, as chunk sizes.
 type unitFS struct {
-	storage.FS
+	store.FS
 	mu    sync.Mutex
 	size  map[string]int64
 	units map[string][]int64
 }
 
-func (u *unitFS) OpenFile(name string, flag int, perm os.FileMode) (storage.File, error) {
+func (u *unitFS) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
 	f, err := u.FS.OpenFile(name, flag, perm)
 	if err != nil || !strings.HasSuffix(name, ".seg") {
 		return f, err
@@ -31,7 +31,7 @@ func (u *unitFS) OpenFile(name string, flag int, perm os.FileMode) (storage.File
 }
 
 type unitFile struct {
-	storage.File
+	store.File
 	u *unitFS
 }
 
@@ -59,7 +59,7 @@ func (f unitFile) Sync() error {
 // or one for the round and one for the decisions.
 func TestRoundSettlesInOneWrite(t *testing.T) {
 	h := newHarness(t, testConfig(t, "run.max_steps=3", "grpo.num_prompts_per_step=3", "rollout.max_turns=4"))
-	ufs := &unitFS{FS: storage.OS, size: map[string]int64{}, units: map[string][]int64{}}
+	ufs := &unitFS{FS: store.OS, size: map[string]int64{}, units: map[string][]int64{}}
 	h.fs = ufs
 	if err := h.run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func (s *syncedAtTrain) TrainStep(ctx context.Context, b train.Batch) (train.Ste
 // commit of step k's groups is inside the fsync'd part of the log.
 func TestTrainerSeesOnlyDurableRounds(t *testing.T) {
 	h := newHarness(t, testConfig(t, "run.max_steps=3", "grpo.num_prompts_per_step=3", "rollout.max_turns=4"))
-	ufs := &unitFS{FS: storage.OS, size: map[string]int64{}, units: map[string][]int64{}}
+	ufs := &unitFS{FS: store.OS, size: map[string]int64{}, units: map[string][]int64{}}
 	h.fs = ufs
 	tr := &syncedAtTrain{fakeTrainer: h.tr, ufs: ufs}
 	if err := h.runWith(context.Background(), tr); err != nil {

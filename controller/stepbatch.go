@@ -10,7 +10,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/advantage"
 	"github.com/longhaul-rl/longhaul/batch"
-	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/metrics"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"

@@ -5,7 +5,7 @@ package model
 import (
 	"unsafe"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 //go:generate sh -c "python3 gen_attn_asm.py && gofmt -w attn_asm_amd64.go"

@@ -5,8 +5,8 @@ package model
 import (
 	"simd/archsimd"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/internal/race"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // fusedDecode: the kern products use fused multiply-adds (any SIMD path),

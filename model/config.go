@@ -3,7 +3,7 @@
 // llm.c), a KV-cache sampler that returns exact logprobs, AdamW, the
 // RL and SFT losses, and safetensors I/O.
 //
-// Every matrix product goes through internal/kern, whose contract makes each
+// Every matrix product goes through model/kern, whose contract makes each
 // output element one sequential chain over the reduction index. Everything
 // else here is scalar code with a fixed order, so results are bit-identical
 // across runs, GOMAXPROCS values and batch compositions; in particular the

@@ -6,7 +6,7 @@ package model
 import (
 	"math"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // decodePacked holds decode's weight matrices laid out by kern.Pack:

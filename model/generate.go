@@ -7,8 +7,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // SampleRequest is one completion request.

@@ -3,7 +3,7 @@ package model
 import (
 	"math"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // Layer functions, one forward/backward pair each, over flat row-major

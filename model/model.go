@@ -10,8 +10,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // nShards is the fixed number of data shards work is split into (one per

@@ -11,7 +11,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // Golden digests of pathWorkload (train 3 steps, then sample), one per

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
@@ -61,7 +62,7 @@ func (l *loop) drive(ctx context.Context, a env.Agent) (Result, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
-		return Result{}, classify("agent", err)
+		return Result{}, failure.Wrap("agent", err)
 	}
 	if limit != "" {
 		return l.seal(ctx, limit)
@@ -85,13 +86,13 @@ func (l *loop) agentPrompt(ctx context.Context, c env.AgentCall) ([]int32, error
 			}
 			raw, err := json.Marshal(t)
 			if err != nil {
-				return nil, Data("agent.call", fmt.Errorf("tool %d: %w", i, err))
+				return nil, failure.NewData("agent.call", fmt.Errorf("tool %d: %w", i, err))
 			}
 			opt.Tools = append(opt.Tools, raw)
 		}
 		p, err := l.s.Chat.RenderTokens(ctx, chatMessages(c.Messages), opt)
 		if err != nil {
-			return nil, Data("agent.call", err)
+			return nil, failure.NewData("agent.call", err)
 		}
 		return p, nil
 	}
@@ -107,7 +108,7 @@ func (l *loop) agentPrompt(ctx context.Context, c env.AgentCall) ([]int32, error
 		}
 		var err error
 		if prompt, err = tokenizer.AppendMessage(prompt, tokenizer.Message{Role: role, Content: m.Content}); err != nil {
-			return nil, Data("agent.call", fmt.Errorf("message %d: %w", i, err))
+			return nil, failure.NewData("agent.call", fmt.Errorf("message %d: %w", i, err))
 		}
 	}
 	return append(prompt, tokenizer.Assistant), nil
@@ -159,7 +160,7 @@ func (l *loop) agentCompaction(ctx context.Context, after int) error {
 			return l.diverged("Compaction")
 		}
 		if c.Boundary != ev.Boundary || c.AfterCall != ev.AfterCall || c.Policy != ev.Policy {
-			return Data("resume", fmt.Errorf("%w: agent compaction %d differs from the log", ErrDiverged, ev.Boundary))
+			return failure.NewData("resume", fmt.Errorf("%w: agent compaction %d differs from the log", ErrDiverged, ev.Boundary))
 		}
 		l.pos++
 	} else if err := l.record(ctx, ev); err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/longhaul-rl/longhaul/compaction"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -27,7 +28,7 @@ func (l *loop) selectCall(ctx context.Context, prompt []int32, validate Validato
 			return call, nil
 		}
 		if resample >= l.s.MaxResamples {
-			return call, Data("select", fmt.Errorf("%w: %d candidates rejected, last: %s", ErrSelectionExhausted, resample+1, call.Reject))
+			return call, failure.NewData("select", fmt.Errorf("%w: %d candidates rejected, last: %s", ErrSelectionExhausted, resample+1, call.Reject))
 		}
 	}
 }
@@ -93,7 +94,7 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 			return c, l.diverged("CallFinished")
 		}
 		if c.Call != idx || c.PromptPrefix != prefix || !slices.Equal(c.PromptSuffix, suffix) {
-			return c, Data("resume", fmt.Errorf("%w: call %d (logged %d): prompt differs from the log", ErrDiverged, idx, c.Call))
+			return c, failure.NewData("resume", fmt.Errorf("%w: call %d (logged %d): prompt differs from the log", ErrDiverged, idx, c.Call))
 		}
 		l.pos++
 		l.nextCall++
@@ -116,10 +117,10 @@ func (l *loop) call(ctx context.Context, prompt []int32, validate Validator) (ru
 	// the step under its idempotency key, as a crash after any step does.
 	out, err := l.s.Generator.Generate(ctx, l.req[:])
 	if err != nil {
-		return runlog.CallFinished{}, classify("generate", err)
+		return runlog.CallFinished{}, failure.Wrap("generate", err)
 	}
 	if len(out) != 1 || len(out[0].Tokens) == 0 || len(out[0].Tokens) != len(out[0].Logprobs) {
-		return runlog.CallFinished{}, Data("generate", fmt.Errorf("rollout: generator broke the contract: %d results, want 1 with tokens and one logprob each", len(out)))
+		return runlog.CallFinished{}, failure.NewData("generate", fmt.Errorf("rollout: generator broke the contract: %d results, want 1 with tokens and one logprob each", len(out)))
 	}
 	r := out[0]
 	// The event's slices are kept by the log's cache, so nothing may

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/longhaul-rl/longhaul/compaction"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
@@ -48,7 +49,7 @@ func (l *loop) maybeCompactChat(ctx context.Context) error {
 		}
 		t, err := br.Add(ctx, []lhtok.Message{{Role: "user", Content: sp.SummaryRequest()}})
 		if err != nil {
-			return Data("chat", err)
+			return failure.NewData("chat", err)
 		}
 		if err := l.declareRerender(ctx, t); err != nil {
 			return err
@@ -63,11 +64,11 @@ func (l *loop) maybeCompactChat(ctx context.Context) error {
 		}
 		before, afterCall = len(l.prev), call.Call
 		if res, err = sp.Fold(cm, l.parse(call.Sampled)); err != nil {
-			return Data("compaction", err)
+			return failure.NewData("compaction", err)
 		}
 	} else {
 		if res, err = l.policy.Compact(cm); err != nil {
-			return Data("compaction", err)
+			return failure.NewData("compaction", err)
 		}
 		if !res.Changed {
 			return nil
@@ -75,7 +76,7 @@ func (l *loop) maybeCompactChat(ctx context.Context) error {
 	}
 	msgs, err := fromCompaction(res, old)
 	if err != nil {
-		return Data("compaction", err)
+		return failure.NewData("compaction", err)
 	}
 	mode := l.s.History
 	if mode == "" {
@@ -83,7 +84,7 @@ func (l *loop) maybeCompactChat(ctx context.Context) error {
 	}
 	nb, err := bridge.New(ctx, l.s.Chat, mode, l.s.Render, msgs)
 	if err != nil {
-		return Data("compaction", fmt.Errorf("rendering the compacted conversation: %w", err))
+		return failure.NewData("compaction", fmt.Errorf("rendering the compacted conversation: %w", err))
 	}
 	ev := runlog.Compaction{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Boundary: l.compactions, AfterCall: afterCall,
 		Policy: l.policy.Name(), Lineage: res.Lineage, TokensBefore: uint32(before), TokensAfter: uint32(len(nb.Prompt()))}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
@@ -83,7 +84,7 @@ func (l *loop) runChat(ctx context.Context) (Result, error) {
 		mode = bridge.Append
 	}
 	if l.cb.br, err = bridge.New(ctx, l.s.Chat, mode, opt, msgs); err != nil {
-		return Result{}, Data("chat", err)
+		return Result{}, failure.NewData("chat", err)
 	}
 	lim := l.s.Limits
 	for {
@@ -128,7 +129,7 @@ func (l *loop) bridgeTurn(ctx context.Context) error {
 	}
 	t, err := l.cb.br.Next(ctx, l.cb.sampled, l.cb.reply, l.cb.next)
 	if err != nil {
-		return Data("chat", err)
+		return failure.NewData("chat", err)
 	}
 	l.cb.turn, l.cb.next, l.cb.sampled = false, nil, nil
 	return l.declareRerender(ctx, t)
@@ -147,7 +148,7 @@ func (l *loop) declareRerender(ctx context.Context, t bridge.Turn) error {
 			return l.diverged("Compaction")
 		}
 		if c.Boundary != ev.Boundary || c.AfterCall != ev.AfterCall || c.Policy != ev.Policy {
-			return Data("resume", fmt.Errorf("%w: rerender boundary %d differs from the log", ErrDiverged, ev.Boundary))
+			return failure.NewData("resume", fmt.Errorf("%w: rerender boundary %d differs from the log", ErrDiverged, ev.Boundary))
 		}
 		l.pos++
 	} else if err := l.record(ctx, ev); err != nil {

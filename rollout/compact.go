@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/longhaul-rl/longhaul/compaction"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
@@ -43,11 +44,11 @@ func (l *loop) maybeCompact(ctx context.Context) error {
 		before = len(l.ctx)
 		afterCall = call.Call
 		if res, err = sp.Fold(old, l.parse(call.Sampled)); err != nil {
-			return Data("compaction", err)
+			return failure.NewData("compaction", err)
 		}
 	} else {
 		if res, err = l.policy.Compact(l.msgs); err != nil {
-			return Data("compaction", err)
+			return failure.NewData("compaction", err)
 		}
 		if !res.Changed {
 			return nil
@@ -83,7 +84,7 @@ func (l *loop) declareCompaction(ctx context.Context, ev runlog.Compaction) erro
 			return l.diverged("Compaction")
 		}
 		if c.Boundary != ev.Boundary || c.AfterCall != ev.AfterCall || c.Policy != ev.Policy || !slices.Equal(c.Lineage, ev.Lineage) {
-			return Data("resume", fmt.Errorf("%w: compaction %d differs from the log", ErrDiverged, ev.Boundary))
+			return failure.NewData("resume", fmt.Errorf("%w: compaction %d differs from the log", ErrDiverged, ev.Boundary))
 		}
 		l.pos++
 		return nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -21,7 +22,7 @@ func (l *loop) step(ctx context.Context, action string) error {
 			return l.diverged("EnvStep")
 		}
 		if s.Turn != turn || s.Action != action {
-			return Data("resume", fmt.Errorf("%w: turn %d: logged action %q, replay has %q", ErrDiverged, turn, s.Action, action))
+			return failure.NewData("resume", fmt.Errorf("%w: turn %d: logged action %q, replay has %q", ErrDiverged, turn, s.Action, action))
 		}
 		l.pos++
 		l.pending = append(l.pending, s)
@@ -33,7 +34,7 @@ func (l *loop) step(ctx context.Context, action string) error {
 		}
 		res, err := l.envStep(ctx, int(turn), action)
 		if err != nil {
-			return classify("env.step", err)
+			return failure.Wrap("env.step", err)
 		}
 		st = runlog.EnvStep{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Turn: turn, Action: action,
 			Observation: res.Observation, Reward: res.Reward, Done: res.Done}
@@ -41,7 +42,7 @@ func (l *loop) step(ctx context.Context, action string) error {
 		// Success), so it is not taken: one snapshot fewer per episode.
 		if sn, ok := l.env.(env.Snapshotter); ok && !res.Done {
 			if st.State, err = sn.Snapshot(ctx); err != nil {
-				return classify("env.snapshot", err)
+				return failure.Wrap("env.snapshot", err)
 			}
 		}
 		// Durable before the loop's next effect, with the compaction or
@@ -75,16 +76,16 @@ func (l *loop) syncEnv(ctx context.Context) error {
 	last := l.pending[len(l.pending)-1]
 	if sn, ok := l.env.(env.Snapshotter); ok && len(last.State) > 0 && !last.Done {
 		if err := sn.Restore(ctx, last.State); err != nil {
-			return classify("env.restore", err)
+			return failure.Wrap("env.restore", err)
 		}
 	} else {
 		for _, s := range l.pending {
 			res, err := l.envStep(ctx, int(s.Turn), s.Action)
 			if err != nil {
-				return classify("env.replay", err)
+				return failure.Wrap("env.replay", err)
 			}
 			if res.Observation != s.Observation || res.Reward != s.Reward || res.Done != s.Done {
-				return Data("env.replay", fmt.Errorf("%w: turn %d: environment is not deterministic (logged %q/%v/%v, replay %q/%v/%v)",
+				return failure.NewData("env.replay", fmt.Errorf("%w: turn %d: environment is not deterministic (logged %q/%v/%v, replay %q/%v/%v)",
 					ErrDiverged, s.Turn, s.Observation, s.Reward, s.Done, res.Observation, res.Reward, res.Done))
 			}
 			l.success = res.Success

@@ -9,7 +9,7 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	bt "github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
+	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )

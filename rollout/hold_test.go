@@ -15,8 +15,8 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
 )
 
 // batchRecorder keeps each Record call's events as one batch and, like

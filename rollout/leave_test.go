@@ -7,7 +7,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
+	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
 )
 
 // TestRolloutLeavesAtSeal: a rollout whose calls are a gen.Caller's goes

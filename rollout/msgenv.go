@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
@@ -39,13 +40,13 @@ func (l *loop) openChat(ctx context.Context) ([]lhtok.Message, lhtok.RenderOptio
 	if !ok {
 		obs, err := l.env.Reset(l.envCtx(ctx, -1), l.s.Task, l.s.EnvSeed)
 		if err != nil {
-			return nil, opt, classify("env.reset", err)
+			return nil, opt, failure.Wrap("env.reset", err)
 		}
 		return append(msgs, lhtok.Message{Role: "user", Content: obs}), opt, nil
 	}
 	first, tools, err := me.ResetMessages(l.envCtx(ctx, -1), l.s.Task, l.s.EnvSeed)
 	if err != nil {
-		return nil, opt, classify("env.reset", err)
+		return nil, opt, failure.Wrap("env.reset", err)
 	}
 	l.cb.menv = me
 	opt.Tools = append([]json.RawMessage(nil), opt.Tools...)
@@ -55,7 +56,7 @@ func (l *loop) openChat(ctx context.Context) ([]lhtok.Message, lhtok.RenderOptio
 		}
 		raw, err := json.Marshal(t)
 		if err != nil {
-			return nil, opt, Data("env.reset", fmt.Errorf("rollout: tool %d: %w", i, err))
+			return nil, opt, failure.NewData("env.reset", fmt.Errorf("rollout: tool %d: %w", i, err))
 		}
 		opt.Tools = append(opt.Tools, raw)
 	}
@@ -101,7 +102,7 @@ func (l *loop) envStep(ctx context.Context, turn int, action string) (env.StepRe
 	}
 	var msg env.Message
 	if err := json.Unmarshal([]byte(action), &msg); err != nil {
-		return env.StepResult{}, Data("env.step", fmt.Errorf("rollout: turn %d: logged action is not a message: %w", turn, err))
+		return env.StepResult{}, failure.NewData("env.step", fmt.Errorf("rollout: turn %d: logged action is not a message: %w", turn, err))
 	}
 	res, err := l.cb.menv.StepMessage(ctx, msg)
 	if err != nil {
@@ -111,7 +112,7 @@ func (l *loop) envStep(ctx context.Context, turn int, action string) (env.StepRe
 	if len(res.Messages) > 0 {
 		b, err := json.Marshal(res.Messages)
 		if err != nil {
-			return env.StepResult{}, Data("env.step", err)
+			return env.StepResult{}, failure.NewData("env.step", err)
 		}
 		out.Observation = string(b)
 	}
@@ -126,7 +127,7 @@ func (c *chatState) observe(obs string, role string) error {
 	}
 	var msgs []env.Message
 	if err := json.Unmarshal([]byte(obs), &msgs); err != nil {
-		return Data("env.step", fmt.Errorf("rollout: logged observation is not a message list: %w", err))
+		return failure.NewData("env.step", fmt.Errorf("rollout: logged observation is not a message list: %w", err))
 	}
 	c.next = append(c.next, chatMessages(msgs)...)
 	return nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
@@ -54,12 +55,12 @@ func SampleSeed(seed uint64, id runlog.RolloutID, call uint32) uint64 {
 // this rollout already recorded, in log order, from any attempt; events of
 // other rollouts and kinds are ignored. It returns the result when sealed;
 // on failure it records RolloutFailed and returns an error carrying a
-// *Failure. Cancellation of ctx returns ctx's error without recording
+// *failure.Failure. Cancellation of ctx returns ctx's error without recording
 // anything new (an environment step already taken is still logged).
 func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 	l, err := newLoop(spec, prior)
 	if err != nil {
-		return Result{}, Data("spec", err)
+		return Result{}, failure.NewData("spec", err)
 	}
 	if r, ok := l.sealedInPrior(); ok {
 		return r, nil
@@ -97,13 +98,13 @@ func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 	}
 	var rec *recordError
 	if errors.As(err, &rec) {
-		return Result{}, Infra("record", err)
+		return Result{}, failure.NewInfra("record", err)
 	}
-	ferr := classify("rollout", err)
-	ev := runlog.RolloutFailed{Rollout: spec.Rollout, Attempt: spec.Attempt, Class: ClassOf(ferr), Reason: ferr.Error()}
+	ferr := failure.Wrap("rollout", err)
+	ev := runlog.RolloutFailed{Rollout: spec.Rollout, Attempt: spec.Attempt, Class: failure.ClassOf(ferr), Reason: ferr.Error()}
 	// A step held back goes first, in the same append.
 	if rerr := spec.Recorder.Record(ctx, append(l.held, ev)...); rerr != nil {
-		return Result{}, errors.Join(ferr, Infra("record", rerr))
+		return Result{}, errors.Join(ferr, failure.NewInfra("record", rerr))
 	}
 	return Result{}, ferr
 }
@@ -285,7 +286,7 @@ func (l *loop) peek() runlog.Event {
 }
 
 func (l *loop) diverged(want string) error {
-	return Data("resume", fmt.Errorf("%w: at prior event %d: loop expects %s, log has %T", ErrDiverged, l.pos, want, l.peek()))
+	return failure.NewData("resume", fmt.Errorf("%w: at prior event %d: loop expects %s, log has %T", ErrDiverged, l.pos, want, l.peek()))
 }
 
 // record makes ev durable, in one append with the events held before it.
@@ -355,14 +356,14 @@ func (l *loop) flush(ctx context.Context) error {
 func (l *loop) run(ctx context.Context) (Result, error) {
 	e, err := l.s.NewEnv(ctx)
 	if err != nil {
-		return Result{}, classify("env.new", err)
+		return Result{}, failure.Wrap("env.new", err)
 	}
 	l.env = e
 	l.startStaging(e)
 	// The framing (generation prompt, stop tokens) serves both the loop's
 	// own calls and an external agent's.
 	if err := l.frame(ctx); err != nil {
-		return Result{}, Data("spec", err)
+		return Result{}, failure.NewData("spec", err)
 	}
 	if a, ok := e.(env.Agent); ok {
 		return l.drive(ctx, a)
@@ -374,7 +375,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	// text, and a replay or restore starts from a reset environment.
 	obs, err := e.Reset(l.envCtx(ctx, -1), l.s.Task, l.s.EnvSeed)
 	if err != nil {
-		return Result{}, classify("env.reset", err)
+		return Result{}, failure.Wrap("env.reset", err)
 	}
 	l.ctx = l.extend(nil, l.open)
 	// Room for the messages of a few turns (a reply and an observation

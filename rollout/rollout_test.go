@@ -12,11 +12,12 @@ import (
 
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
+	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
 )
 
 var reg = env.Builtin()
@@ -293,12 +294,12 @@ func TestSelectionRejectsAndResamples(t *testing.T) {
 	s.Recorder, s.MaxResamples = rec, 0
 	s.Generator = &flaky{inner: rollouttest.LedgerOracle("")}
 	_, err = rollout.Run(context.Background(), s, nil)
-	var f *rollout.Failure
-	if !errors.As(err, &f) || f.Class != runlog.ClassData || !errors.Is(err, rollout.ErrSelectionExhausted) {
+	var f *failure.Failure
+	if !errors.As(err, &f) || f.Class != failure.Data || !errors.Is(err, rollout.ErrSelectionExhausted) {
 		t.Fatalf("err %v", err)
 	}
 	evs := rec.Events()
-	if rf, ok := evs[len(evs)-1].(runlog.RolloutFailed); !ok || rf.Class != runlog.ClassData {
+	if rf, ok := evs[len(evs)-1].(runlog.RolloutFailed); !ok || rf.Class != failure.Data {
 		t.Fatalf("last event %#v", evs[len(evs)-1])
 	}
 }
@@ -325,17 +326,17 @@ func TestFailureClasses(t *testing.T) {
 		err   error
 		class string
 	}{
-		{rollout.Infra("generate", errors.New("503")), runlog.ClassInfra},
-		{context.DeadlineExceeded, runlog.ClassInfra},
-		{errors.New("mystery"), runlog.ClassData},
-		{rollout.Data("generate", errors.New("400")), runlog.ClassData},
+		{failure.NewInfra("generate", errors.New("503")), failure.Infra},
+		{context.DeadlineExceeded, failure.Infra},
+		{errors.New("mystery"), failure.Data},
+		{failure.NewData("generate", errors.New("400")), failure.Data},
 		// Another package's typed error that says its class (gen/openai's).
-		{fmt.Errorf("wrapped: %w", classed{runlog.ClassInfra}), runlog.ClassInfra},
-		{classed{runlog.ClassData}, runlog.ClassData},
+		{fmt.Errorf("wrapped: %w", classed{failure.Infra}), failure.Infra},
+		{classed{failure.Data}, failure.Data},
 	} {
 		rec := &rollouttest.Recorder{}
 		_, err := rollout.Run(context.Background(), ledgerSpec(t, failGen{tc.err}, rec, recency), nil)
-		if got := rollout.ClassOf(err); got != tc.class {
+		if got := failure.ClassOf(err); got != tc.class {
 			t.Errorf("%v: class %s, want %s", tc.err, got, tc.class)
 		}
 		evs := rec.Events()
@@ -411,7 +412,7 @@ var summarizeCC = compaction.Config{Policy: compaction.PolicySummarize, Threshol
 func TestRecorderFailure(t *testing.T) {
 	rec := &rollouttest.Recorder{Fail: errors.New("disk full")}
 	_, err := rollout.Run(context.Background(), ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency), nil)
-	if rollout.ClassOf(err) != runlog.ClassInfra || !strings.Contains(err.Error(), "disk full") {
+	if failure.ClassOf(err) != failure.Infra || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -456,7 +457,7 @@ func TestResumeDivergence(t *testing.T) {
 	other := recency
 	other.KeepTurns = 3
 	_, err := rollout.Run(ctx, ledgerSpec(t, rollouttest.LedgerOracle(""), &rollouttest.Recorder{}, other), cut)
-	if !errors.Is(err, rollout.ErrDiverged) || rollout.ClassOf(err) != runlog.ClassData {
+	if !errors.Is(err, rollout.ErrDiverged) || failure.ClassOf(err) != failure.Data {
 		t.Fatalf("changed config: %v", err)
 	}
 	// A non-deterministic environment is caught on replay.

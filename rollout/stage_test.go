@@ -15,10 +15,11 @@ import (
 	"testing"
 
 	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
 )
 
 // stagingRecorder is a rollout.Stager in memory with the run log's order:
@@ -186,9 +187,9 @@ func TestStagedCalls(t *testing.T) {
 func TestStagedCallSettledOnFailure(t *testing.T) {
 	rec := &stagingRecorder{t: t}
 	_, err := stagedRun(t, rec, true, 4)
-	var f *rollout.Failure
+	var f *failure.Failure
 	if !errors.As(err, &f) {
-		t.Fatalf("Run: %v, want a *Failure", err)
+		t.Fatalf("Run: %v, want a *failure.Failure", err)
 	}
 	if rec.unsettled != 0 || rec.stages != 3 {
 		t.Fatalf("after the failed call: %d stages, %d unsettled; want 3 staged calls, all settled", rec.stages, rec.unsettled)

@@ -6,6 +6,8 @@ package runlog
 import (
 	"fmt"
 	"slices"
+
+	"github.com/longhaul-rl/longhaul/failure"
 )
 
 // Apply folds ev into s. It is pure in the sense that matters for replay:
@@ -170,7 +172,7 @@ func apply(s *State, ev Event, off Offset) error {
 		r.Status, r.Outcome, r.Reward, r.Success = StatusSealed, v.Outcome, v.Reward, v.Success
 		r.Events = appendEvent(r.Events, off)
 	case RolloutFailed:
-		if v.Class != ClassInfra && v.Class != ClassData {
+		if v.Class != failure.Infra && v.Class != failure.Data {
 			return invalid("failure class %q of %s", v.Class, v.Rollout)
 		}
 		r, err := s.live(v.Rollout, v.Attempt)
@@ -179,7 +181,7 @@ func apply(s *State, ev Event, off Offset) error {
 		}
 		r.Status = StatusFailed
 		r.Failures++
-		if v.Class == ClassInfra {
+		if v.Class == failure.Infra {
 			r.InfraFailures++
 		} else {
 			r.DataFailures++

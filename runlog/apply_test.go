@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/longhaul-rl/longhaul/failure"
 	"pgregory.net/rapid"
 )
 
@@ -296,7 +297,7 @@ func TestRestartAttempt(t *testing.T) {
 		CallFinished{Rollout: r0, Attempt: 2, Call: 0, PromptSuffix: []int32{1, 2}, Sampled: []int32{3}, Logprobs: []float32{0}, Finish: FinishStop, Selected: true},
 		EnvStep{Rollout: r0, Attempt: 2, Turn: 0, Reward: 1},
 		Compaction{Rollout: r0, Attempt: 2, Boundary: 0, AfterCall: 0, Policy: "recency"},
-		RolloutFailed{Rollout: r0, Attempt: 2, Class: ClassData, Reason: "diverged"},
+		RolloutFailed{Rollout: r0, Attempt: 2, Class: failure.Data, Reason: "diverged"},
 		AttemptStarted{Rollout: r0, Attempt: 3, Restart: true},
 	} {
 		if err := Apply(s, ev); err != nil {
@@ -339,11 +340,11 @@ func TestBudgetsAreFolded(t *testing.T) {
 	s, g := started(t)
 	id := RolloutID{g, 0}
 	for _, ev := range []Event{
-		RolloutFailed{Rollout: id, Attempt: 2, Class: ClassInfra, Reason: "x"},
+		RolloutFailed{Rollout: id, Attempt: 2, Class: failure.Infra, Reason: "x"},
 		AttemptStarted{Rollout: id, Attempt: 3},
-		RolloutFailed{Rollout: id, Attempt: 3, Class: ClassData, Reason: "y"},
+		RolloutFailed{Rollout: id, Attempt: 3, Class: failure.Data, Reason: "y"},
 		AttemptStarted{Rollout: id, Attempt: 4},
-		RolloutFailed{Rollout: id, Attempt: 4, Class: ClassInfra, Reason: "z"},
+		RolloutFailed{Rollout: id, Attempt: 4, Class: failure.Infra, Reason: "z"},
 	} {
 		if err := Apply(s, ev); err != nil {
 			t.Fatal(err)
@@ -365,7 +366,7 @@ func TestBudgetsAreFolded(t *testing.T) {
 	if err := Apply(s, GroupRequeued{Group: g, Step: 0}); !errors.Is(err, ErrInvalidEvent) {
 		t.Fatalf("requeue to the same step: %v", err)
 	}
-	if err := Apply(s, GroupRequeued{Group: g, Step: 3, Class: ClassInfra, Reason: "exhausted"}); err != nil {
+	if err := Apply(s, GroupRequeued{Group: g, Step: 3, Class: failure.Infra, Reason: "exhausted"}); err != nil {
 		t.Fatal(err)
 	}
 	gr := s.Groups[g]

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Framing layer. The log is a sequence of chunks, each a chunk file
@@ -228,7 +228,7 @@ func btoi(b bool) int {
 }
 
 // syncDir makes a directory's entries (new or renamed files) durable.
-func syncDir(fs storage.FS, dir string) error {
+func syncDir(fs store.FS, dir string) error {
 	if err := fs.SyncDir(dir); err != nil {
 		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
@@ -236,7 +236,7 @@ func syncDir(fs storage.FS, dir string) error {
 }
 
 // createChunk creates the chunk and pack files for base, durably.
-func createChunk(fs storage.FS, dir string, base uint64) (chunk, pack storage.File, err error) {
+func createChunk(fs store.FS, dir string, base uint64) (chunk, pack store.File, err error) {
 	chunk, err = fs.OpenFile(filepath.Join(dir, chunkName(base)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create chunk: %w", err)

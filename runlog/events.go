@@ -4,8 +4,6 @@ package runlog
 // package that records facts (controller, rollout, train). Field meanings are
 // documented here; the binary encoding lives in encode.go.
 
-import "github.com/longhaul-rl/longhaul/internal/failclass"
-
 // Kind names an event type. Values are part of the on-disk format: append
 // new kinds at the end, never renumber.
 type Kind uint8
@@ -178,12 +176,7 @@ type RolloutSealed struct {
 	Success bool
 }
 
-// Failure classes: the vocabulary is internal/failclass's; these names
-// are kept for the log's readers.
-const (
-	ClassInfra = failclass.Infra
-	ClassData  = failclass.Data
-)
+// Failure classes: the vocabulary is failure's; these names
 
 // RolloutFailed ends an attempt with a typed failure.
 type RolloutFailed struct {

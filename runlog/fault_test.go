@@ -10,13 +10,13 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // appendUntilFailure appends evs one at a time through a log on fs and
 // returns the offsets of the acknowledged appends. After the first failure
 // every later append must fail too (nothing about the file can be trusted).
-func appendUntilFailure(t *testing.T, dir string, fs storage.FS, evs []Event) (acked []Offset, firstErr error) {
+func appendUntilFailure(t *testing.T, dir string, fs store.FS, evs []Event) (acked []Offset, firstErr error) {
 	t.Helper()
 	l, err := Open(context.Background(), dir, Options{FS: fs})
 	if err != nil {
@@ -59,25 +59,25 @@ func TestStorageFaults(t *testing.T) {
 	evs := genRun(s, randChooser{rand.New(rand.NewPCG(11, 12))}, 120, t.Fatalf)
 	for _, tc := range []struct {
 		name  string
-		fault *storage.Faulty
+		fault *store.Faulty
 		exact bool // no unacknowledged record may reappear
 	}{
-		{"ENOSPC in a chunk file", &storage.Faulty{Fault: storage.NoSpace, At: 30, Match: ".seg"}, true},
-		{"short write in a chunk file", &storage.Faulty{Fault: storage.ShortWrite, At: 30, Match: ".seg"}, true},
-		{"ENOSPC in a pack", &storage.Faulty{Fault: storage.NoSpace, At: 8, Match: ".pack"}, true},
-		{"short write in a pack", &storage.Faulty{Fault: storage.ShortWrite, At: 8, Match: ".pack"}, true},
-		{"disk full after 6000 bytes", &storage.Faulty{Fault: storage.FailAfterBytes, Bytes: 6000}, true},
-		{"failed fsync of a chunk file", &storage.Faulty{Fault: storage.FailSync, At: 30, Match: ".seg"}, false},
+		{"ENOSPC in a chunk file", &store.Faulty{Fault: store.NoSpace, At: 30, Match: ".seg"}, true},
+		{"short write in a chunk file", &store.Faulty{Fault: store.ShortWrite, At: 30, Match: ".seg"}, true},
+		{"ENOSPC in a pack", &store.Faulty{Fault: store.NoSpace, At: 8, Match: ".pack"}, true},
+		{"short write in a pack", &store.Faulty{Fault: store.ShortWrite, At: 8, Match: ".pack"}, true},
+		{"disk full after 6000 bytes", &store.Faulty{Fault: store.FailAfterBytes, Bytes: 6000}, true},
+		{"failed fsync of a chunk file", &store.Faulty{Fault: store.FailSync, At: 30, Match: ".seg"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			f := tc.fault
-			f.FS = storage.OS
+			f.FS = store.OS
 			acked, err := appendUntilFailure(t, dir, f, evs)
 			if !f.Fired() || err == nil {
 				t.Fatalf("fault fired: %v; first append error: %v (want both)", f.Fired(), err)
 			}
-			if errors.Is(err, syscall.ENOSPC) != (tc.fault.Fault != storage.FailSync) {
+			if errors.Is(err, syscall.ENOSPC) != (tc.fault.Fault != store.FailSync) {
 				t.Fatalf("append error %v does not carry the disk's error", err)
 			}
 			if len(acked) < 3 {
@@ -102,9 +102,9 @@ func TestStorageFaults(t *testing.T) {
 // disk, failed fsync) is an error, leaves no file, and the previous one
 // still loads.
 func TestSnapshotFaultKeepsPrevious(t *testing.T) {
-	for _, fault := range []storage.Fault{storage.NoSpace, storage.ShortWrite, storage.FailSync} {
+	for _, fault := range []store.Fault{store.NoSpace, store.ShortWrite, store.FailSync} {
 		dir := t.TempDir()
-		f := &storage.Faulty{FS: storage.OS, Fault: fault, At: 2, Match: ".snap"}
+		f := &store.Faulty{FS: store.OS, Fault: fault, At: 2, Match: ".snap"}
 		l, err := Open(context.Background(), dir, Options{FS: f})
 		if err != nil {
 			t.Fatal(err)
@@ -146,7 +146,7 @@ func TestRealTmpfsFull(t *testing.T) {
 	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	s := NewState()
 	evs := genRun(s, randChooser{rand.New(rand.NewPCG(5, 9))}, 4000, t.Fatalf)
-	acked, err := appendUntilFailure(t, dir, storage.OS, evs)
+	acked, err := appendUntilFailure(t, dir, store.OS, evs)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("appends to a full tmpfs: %v, want ENOSPC (%d acknowledged)", err, len(acked))
 	}

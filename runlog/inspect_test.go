@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 )
 
@@ -28,7 +29,7 @@ func TestInspect(t *testing.T) {
 		PromptAdmitted{Cursor: 0, PromptID: "p0", Group: g0, Size: 1},
 		PromptAdmitted{Cursor: 1, PromptID: "p1", Group: g1, Size: 1})
 	mustAppend(t, l, AttemptStarted{Rollout: r0, Attempt: 1, Seed: 5})
-	mustAppend(t, l, RolloutFailed{Rollout: r0, Attempt: 1, Class: ClassInfra, Reason: "503"})
+	mustAppend(t, l, RolloutFailed{Rollout: r0, Attempt: 1, Class: failure.Infra, Reason: "503"})
 	mustAppend(t, l, AttemptStarted{Rollout: r0, Attempt: 2, Seed: 6})
 	mustAppend(t, l, CallFinished{Rollout: r0, Attempt: 2, Call: 0, PromptSuffix: prompt, Sampled: sample, Logprobs: make([]float32, len(sample)), Finish: FinishStop, Selected: true})
 	mustAppend(t, l, EnvStep{Rollout: r0, Attempt: 2, Turn: 0, Action: "yo", Observation: "ok", Reward: 1, Done: true})
@@ -76,7 +77,7 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rr.Calls) != 2 || rr.Calls[0].Prompt != tokenizer.Decode(prompt) || rr.Calls[0].Sampled != "yo<|end|>" || rr.Calls[1].Segment != 1 ||
-		len(rr.Failures) != 1 || rr.Failures[0].Class != ClassInfra || len(rr.Compactions) != 1 || len(rr.EnvSteps) != 1 || len(rr.Attempts) != 2 {
+		len(rr.Failures) != 1 || rr.Failures[0].Class != failure.Infra || len(rr.Compactions) != 1 || len(rr.EnvSteps) != 1 || len(rr.Attempts) != 2 {
 		b, _ := json.MarshalIndent(rr, "", " ")
 		t.Fatalf("rollout report: %s", b)
 	}

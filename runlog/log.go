@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // ErrClosed is returned by calls on a closed Log.
@@ -42,7 +42,7 @@ type Options struct {
 	OnAppend func(time.Duration)
 	// FS is where every write goes (default: the OS); tests inject
 	// faults through it.
-	FS storage.FS
+	FS store.FS
 }
 
 // Dir layout under the run directory.
@@ -95,7 +95,7 @@ type Log struct {
 	seq       uint64
 
 	// Owned by the syncer goroutine.
-	chunkF, packF storage.File
+	chunkF, packF store.File
 
 	freeChunk chan []byte // written units' buffers, for the next units
 	freePack  chan []byte
@@ -131,7 +131,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.FS == nil {
-		opts.FS = storage.OS
+		opts.FS = store.OS
 	}
 	l := &Log{
 		opts:      opts,

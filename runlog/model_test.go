@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"pgregory.net/rapid"
 )
 
@@ -66,9 +67,9 @@ func nextEvent(s *State, c chooser) Event {
 			return Compaction{Rollout: r.ID, Attempt: r.Attempt, Boundary: r.Compactions, AfterCall: uint32(len(r.Calls) - 1), Policy: "recency",
 				Lineage: []Lineage{{Message: 0, Op: OpKept}, {Message: 1, Op: OpDropped}}, TokensBefore: r.CtxLen, TokensAfter: r.CtxLen / 2}
 		case k == 8:
-			class := ClassInfra
+			class := failure.Infra
 			if c.intn(3) == 0 {
-				class = ClassData
+				class = failure.Data
 			}
 			return RolloutFailed{Rollout: r.ID, Attempt: r.Attempt, Class: class, Reason: "timeout"}
 		default:

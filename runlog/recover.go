@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // recover replays the log into l.s and opens a fresh chunk for appends.
@@ -87,7 +87,7 @@ func (l *Log) recover(ctx context.Context) error {
 		if err := l.opts.FS.Truncate(path, int64(res.end)); err != nil {
 			return fmt.Errorf("cut torn tail: %w", err)
 		}
-		if err := storage.SyncFile(l.opts.FS, path); err != nil {
+		if err := store.SyncFile(l.opts.FS, path); err != nil {
 			return fmt.Errorf("sync %s: %w", path, err)
 		}
 	}

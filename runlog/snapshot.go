@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Snapshots. A snapshot file snap/<offset>.snap holds the state of the log
@@ -165,7 +165,7 @@ func snapHeaderBytes(kind uint8, off, parent uint64) []byte {
 // fsyncs dir, so the file is either whole or absent after a crash.
 // hook (may be nil) is called at "snapshot.write", between the fsync of the
 // temporary file and its rename: crash tests kill the process there.
-func writeFileDurable(fs storage.FS, dir, name string, b []byte, hook func(string)) (err error) {
+func writeFileDurable(fs store.FS, dir, name string, b []byte, hook func(string)) (err error) {
 	tmp := filepath.Join(dir, name+".tmp")
 	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {

@@ -9,19 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // gatedFS holds every fsync of a chunk file until release is closed, and
 // counts the fsyncs that began.
 type gatedFS struct {
-	storage.FS
+	store.FS
 	release chan struct{}
 	mu      sync.Mutex
 	began   int
 }
 
-func (g *gatedFS) OpenFile(name string, flag int, perm os.FileMode) (storage.File, error) {
+func (g *gatedFS) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
 	f, err := g.FS.OpenFile(name, flag, perm)
 	if err != nil || !strings.HasSuffix(name, ".seg") {
 		return f, err
@@ -30,7 +30,7 @@ func (g *gatedFS) OpenFile(name string, flag int, perm os.FileMode) (storage.Fil
 }
 
 type gatedFile struct {
-	storage.File
+	store.File
 	g *gatedFS
 }
 
@@ -51,7 +51,7 @@ func TestStage(t *testing.T) {
 	dir := t.TempDir()
 	open := make(chan struct{})
 	close(open)
-	gfs := &gatedFS{FS: storage.OS, release: open}
+	gfs := &gatedFS{FS: store.OS, release: open}
 	l := openLog(t, dir, Options{FS: gfs})
 	g := NewGroupID(testSeed, 0, 0)
 	id := RolloutID{g, 0}
@@ -153,7 +153,7 @@ func TestStagedWaitsForAWaiter(t *testing.T) {
 		maxDefer time.Duration
 	}{{"waited", time.Hour}, {"deferred", 20 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
-			gfs := &gatedFS{FS: storage.OS, release: open}
+			gfs := &gatedFS{FS: store.OS, release: open}
 			l := openLog(t, t.TempDir(), Options{FS: gfs, MaxDefer: tc.maxDefer})
 			defer l.Close()
 			g := NewGroupID(testSeed, 0, 0)

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Resume verification. Replay after a snapshot reads only the records the
@@ -54,7 +54,7 @@ func (l *Log) writeWatermark(end uint64) error {
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	path := filepath.Join(l.logDir, watermarkFile)
 	tmp := path + ".tmp"
-	err := storage.WriteFile(l.opts.FS, tmp, b)
+	err := store.WriteFile(l.opts.FS, tmp, b)
 	if err == nil {
 		err = l.opts.FS.Rename(tmp, path)
 	}

@@ -1,7 +1,7 @@
 package server_test
 
 // Serving overhead with the real backend: `longhaul serve`'s handler over
-// internal/runner.EmbeddedBackend (the default config's model, through the
+// runner.EmbeddedBackend (the default config's model, through the
 // same gen.Batcher the server uses), against the same backend's generator
 // called in process. Each op is one batch of 16 completions, run both
 // ways back to back inside the same iteration, so the two paths share
@@ -27,10 +27,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/internal/config"
 	"github.com/longhaul-rl/longhaul/internal/cputime"
-	"github.com/longhaul-rl/longhaul/internal/runner"
+	"github.com/longhaul-rl/longhaul/runner"
 	"github.com/longhaul-rl/longhaul/server"
 )
 

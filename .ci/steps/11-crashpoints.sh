@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=simd GOFLAGS=-buildvcs=false GOAMD64=v1 GOTOOLCHAIN=local
-LONGHAUL_CRASH_ALL=1 timeout 420 go test -count=1 -timeout 400s -run 'TestEveryCrashPoint' -v ./internal/crashtest/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok)' 
+LONGHAUL_CRASH_ALL=1 timeout 420 go test -count=1 -timeout 400s -run 'TestEveryCrashPoint' -v ./testkit/crashtest/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok)' 

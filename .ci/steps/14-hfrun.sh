@@ -12,4 +12,4 @@ cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=${GOEXPERIMENT-simd} GOFLAGS=-buildvcs=false GOAMD64=v1 GOTOOLCHAIN=local
 export LONGHAUL_REQUIRE_TOKENIZERS=1
 timeout 300 go test -count=1 -v -run 'TestQwen3Rollout|TestBridgedByteTemplate|TestBuildChat|TestHFModelRun|TestHFServedRunKilled' \
-  ./rollout/ ./internal/runner/ ./internal/crashtest/ 2>&1 | grep -E '^(---|ok|FAIL|PASS)|prompts checked|SKIP|kill [0-9]:|restarted server|reference:'
+  ./rollout/ ./runner/ ./testkit/crashtest/ 2>&1 | grep -E '^(---|ok|FAIL|PASS)|prompts checked|SKIP|kill [0-9]:|restarted server|reference:'

@@ -8,7 +8,7 @@
 # examples/envs/notebook_env.py) at least 0.05 and 0.05 above the untrained
 # run's (measured on the shared 2-core Xeon: 0.13 against 0.00). Then the
 # environment's journal must hold no effect twice. The SIGKILL scenarios (environment
-# and trainer killed mid-run) are Go tests in internal/crashtest
+# and trainer killed mid-run) are Go tests in testkit/crashtest
 # (TestPythonEnvKilledMidRun, TestEnvEffectsOnceUnderKills).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -10,9 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=simd GOFLAGS=-buildvcs=false GOAMD64=v1 GOTOOLCHAIN=local
 
-timeout 300 go test -count=1 ./internal/kern/...
+timeout 300 go test -count=1 ./model/kern/...
 if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
-  LONGHAUL_KERN_PATH=avx2 timeout 300 go test -count=1 ./internal/kern/...
+  LONGHAUL_KERN_PATH=avx2 timeout 300 go test -count=1 ./model/kern/...
 fi
 timeout 300 go test -count=1 -run 'TestKernelPathsBitIdentical|TestPathGoldenDigest' -v ./model/ | grep -E '^(---|ok|FAIL)|path_test'
 # decode attention's 4-head chain kernels, packed decode weights and the
@@ -22,6 +22,6 @@ if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
 fi
 # whether a fork-join reaches the second core (kern.Fork's helpers against a
 # fresh goroutine per call; 2x the single rate = both jobs ran at once)
-timeout 120 go test -count=1 -run X -bench 'ForkFMA' -benchtime 1x ./internal/kern/ | grep -E '^Benchmark'
+timeout 120 go test -count=1 -run X -bench 'ForkFMA' -benchtime 1x ./model/kern/ | grep -E '^Benchmark'
 go build -o /tmp/longhaul-17 ./cmd/longhaul
 timeout 120 /tmp/longhaul-17 bench kernels --reps 3 --slice 20ms

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/internal/cputime"
-	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 type fixture struct {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/longhaul-rl/longhaul/internal/crashtest"
+	"github.com/longhaul-rl/longhaul/testkit/crashtest"
 )
 
 func newBenchCmd() *cobra.Command {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/longhaul-rl/longhaul/internal/kern/kernbench"
+	"github.com/longhaul-rl/longhaul/model/kern/kernbench"
 )
 
 func newBenchKernelsCmd() *cobra.Command {

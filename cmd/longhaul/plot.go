@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/longhaul-rl/longhaul/internal/metrics"
-	"github.com/longhaul-rl/longhaul/internal/runner"
+	"github.com/longhaul-rl/longhaul/metrics"
+	"github.com/longhaul-rl/longhaul/runner"
 )
 
 func newPlotCmd() *cobra.Command {

@@ -11,7 +11,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/longhaul-rl/longhaul/controller"
-	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/metrics"
 )
 
 // tracker is what the progress display knows: the phase (warm start,

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/controller"
-	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/metrics"
 )
 
 type fakeClock struct{ t time.Time }

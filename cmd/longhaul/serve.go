@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/longhaul-rl/longhaul/internal/allowpath"
-	"github.com/longhaul-rl/longhaul/internal/runner"
+	"github.com/longhaul-rl/longhaul/runner"
 	"github.com/longhaul-rl/longhaul/server"
 )
 

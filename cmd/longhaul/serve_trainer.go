@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/longhaul-rl/longhaul/internal/allowpath"
-	"github.com/longhaul-rl/longhaul/internal/runner"
+	"github.com/longhaul-rl/longhaul/runner"
 	"github.com/longhaul-rl/longhaul/train/remote"
 )
 

@@ -10,12 +10,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/examples"
-	"github.com/longhaul-rl/longhaul/internal/config"
-	"github.com/longhaul-rl/longhaul/internal/crashtest"
-	"github.com/longhaul-rl/longhaul/internal/metrics"
-	"github.com/longhaul-rl/longhaul/internal/promtrain"
-	"github.com/longhaul-rl/longhaul/internal/runner"
+	"github.com/longhaul-rl/longhaul/metrics"
+	"github.com/longhaul-rl/longhaul/metrics/promtrain"
+	"github.com/longhaul-rl/longhaul/runner"
+	"github.com/longhaul-rl/longhaul/testkit/crashtest"
 )
 
 func newTrainCmd() *cobra.Command {

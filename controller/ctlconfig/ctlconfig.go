@@ -1,6 +1,6 @@
 // Package ctlconfig is the controller's typed configuration: only the
 // settings the controller reads, as plain Go values with no yaml tags.
-// internal/config/packages.go, the one file that maps YAML keys to package
+// config/packages.go, the one file that maps YAML keys to package
 // configs, builds it (config.(*Config).Controller); the controller
 // re-exports it as controller.Config. It lives in its own leaf package so
 // that the config package can build it without importing the controller.

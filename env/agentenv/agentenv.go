@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/env"
-	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/failure"
 )
 
 // Env starts Command (argv) once per rollout attempt.
@@ -88,11 +88,11 @@ func (t *stderrTail) String() string {
 // Drive implements env.Agent.
 func (e *Env) Drive(ctx context.Context, task env.Task, call env.AgentCallFunc) (env.AgentResult, error) {
 	if len(e.Command) == 0 {
-		return env.AgentResult{}, rollout.Data("agent", errors.New("agentenv: env.command is empty"))
+		return env.AgentResult{}, failure.NewData("agent", errors.New("agentenv: env.command is empty"))
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return env.AgentResult{}, rollout.Infra("agent", err)
+		return env.AgentResult{}, failure.NewInfra("agent", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -103,7 +103,7 @@ func (e *Env) Drive(ctx context.Context, task env.Task, call env.AgentCallFunc) 
 
 	taskJSON, err := json.Marshal(task)
 	if err != nil {
-		return env.AgentResult{}, rollout.Data("agent", err)
+		return env.AgentResult{}, failure.NewData("agent", err)
 	}
 	base := "http://" + ln.Addr().String()
 	cmd := exec.CommandContext(ctx, e.Command[0], e.Command[1:]...)
@@ -115,7 +115,7 @@ func (e *Env) Drive(ctx context.Context, task env.Task, call env.AgentCallFunc) 
 	cmd.WaitDelay = 2 * time.Second
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
-		return env.AgentResult{}, rollout.Data("agent", fmt.Errorf("agentenv: starting %q: %w", e.Command[0], err))
+		return env.AgentResult{}, failure.NewData("agent", fmt.Errorf("agentenv: starting %q: %w", e.Command[0], err))
 	}
 	werr := cmd.Wait()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -125,11 +125,11 @@ func (e *Env) Drive(ctx context.Context, task env.Task, call env.AgentCallFunc) 
 		if ctx.Err() != nil {
 			return env.AgentResult{}, ctx.Err()
 		}
-		return env.AgentResult{}, rollout.Data("agent", fmt.Errorf("agentenv: agent %q exited: %w; last stderr lines:\n%s", e.Command[0], werr, tail.String()))
+		return env.AgentResult{}, failure.NewData("agent", fmt.Errorf("agentenv: agent %q exited: %w; last stderr lines:\n%s", e.Command[0], werr, tail.String()))
 	}
 	res, ok := h.result()
 	if !ok && !h.limited() {
-		return env.AgentResult{}, rollout.Data("agent", fmt.Errorf("agentenv: agent %q exited 0 without posting its reward to $LONGHAUL_REWARD_URL", e.Command[0]))
+		return env.AgentResult{}, failure.NewData("agent", fmt.Errorf("agentenv: agent %q exited 0 without posting its reward to $LONGHAUL_REWARD_URL", e.Command[0]))
 	}
 	return res, nil
 }

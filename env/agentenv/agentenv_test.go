@@ -17,12 +17,13 @@ import (
 
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/env/agentenv"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
+	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
 )
 
 func agentCommand(t *testing.T) []string {
@@ -115,7 +116,7 @@ func TestAgentDivergence(t *testing.T) {
 	prior[1] = c
 	rec2 := &rollouttest.Recorder{}
 	_, err := rollout.Run(ctx, spec(t, cmd, generator(), rec2), prior)
-	if !errors.Is(err, rollout.ErrDiverged) || rollout.ClassOf(err) != runlog.ClassData {
+	if !errors.Is(err, rollout.ErrDiverged) || failure.ClassOf(err) != failure.Data {
 		t.Fatalf("err = %v, want a data failure wrapping ErrDiverged", err)
 	}
 }
@@ -132,11 +133,11 @@ func TestAgentFailures(t *testing.T) {
 	} {
 		rec := &rollouttest.Recorder{}
 		_, err := rollout.Run(context.Background(), spec(t, []string{py, "-c", tc.script}, generator(), rec), nil)
-		if rollout.ClassOf(err) != runlog.ClassData || !strings.Contains(err.Error(), tc.want) {
+		if failure.ClassOf(err) != failure.Data || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%q: err = %v, want a data failure with %q", tc.script, err, tc.want)
 		}
 		evs := rec.Events()
-		if f, ok := evs[len(evs)-1].(runlog.RolloutFailed); !ok || f.Class != runlog.ClassData || !strings.Contains(f.Reason, tc.want) {
+		if f, ok := evs[len(evs)-1].(runlog.RolloutFailed); !ok || f.Class != failure.Data || !strings.Contains(f.Reason, tc.want) {
 			t.Fatalf("%q: last event %+v, want RolloutFailed (data) with %q", tc.script, evs[len(evs)-1], tc.want)
 		}
 	}

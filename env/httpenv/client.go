@@ -7,14 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"io"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/failure"
+
 	"github.com/longhaul-rl/longhaul/env"
-	"github.com/longhaul-rl/longhaul/rollout"
 )
 
 // DefaultTimeout bounds one request when Client.Timeout is 0.
@@ -94,7 +94,7 @@ func (c *Client) ResetMessages(ctx context.Context, task env.Task, seed uint64) 
 		return nil, nil, err
 	}
 	if rep.ID == "" {
-		return nil, nil, rollout.Data("env.reset", fmt.Errorf("httpenv: reset reply has no session id"))
+		return nil, nil, failure.NewData("env.reset", fmt.Errorf("httpenv: reset reply has no session id"))
 	}
 	c.id, c.name, c.snap = rep.ID, name, rep.Snapshot
 	c.v2, c.tools = rep.Version >= 2, rep.Tools
@@ -103,7 +103,7 @@ func (c *Client) ResetMessages(ctx context.Context, task env.Task, seed uint64) 
 	}
 	for i, t := range rep.Tools {
 		if t.Function.Name == "" {
-			return nil, nil, rollout.Data("env.reset", fmt.Errorf("httpenv: reset reply's tool %d has no function name", i))
+			return nil, nil, failure.NewData("env.reset", fmt.Errorf("httpenv: reset reply's tool %d has no function name", i))
 		}
 	}
 	return rep.Messages, rep.Tools, nil
@@ -146,14 +146,14 @@ func (c *Client) StepMessage(ctx context.Context, msg env.Message) (env.MessageR
 		res.Messages = []env.Message{{Role: "user", Content: rep.Observation}}
 	}
 	if err := env.CheckReply(msg, c.tools, res); err != nil {
-		return env.MessageResult{}, rollout.Data("env.step", fmt.Errorf("httpenv: %s: %w", c.BaseURL+PathStep, err))
+		return env.MessageResult{}, failure.NewData("env.step", fmt.Errorf("httpenv: %s: %w", c.BaseURL+PathStep, err))
 	}
 	return res, nil
 }
 
 func (c *Client) step(ctx context.Context, req StepRequest) (StepReply, error) {
 	if c.id == "" {
-		return StepReply{}, rollout.Data("env.step", ErrNoSession)
+		return StepReply{}, failure.NewData("env.step", ErrNoSession)
 	}
 	req.ID = c.id
 	if k, ok := env.KeyOf(ctx); ok {
@@ -167,7 +167,7 @@ func (c *Client) step(ctx context.Context, req StepRequest) (StepReply, error) {
 // Snapshot implements env.Snapshotter.
 func (c *Client) Snapshot(ctx context.Context) ([]byte, error) {
 	if c.id == "" {
-		return nil, rollout.Data("env.snapshot", ErrNoSession)
+		return nil, failure.NewData("env.snapshot", ErrNoSession)
 	}
 	if !c.snap {
 		return nil, nil
@@ -212,7 +212,7 @@ func (c *Client) acquire(ctx context.Context) error {
 		c.held = true
 		return nil
 	case <-ctx.Done():
-		return rollout.Infra("env.session", fmt.Errorf("httpenv: waiting for a free session (env.max_sessions %d): %w", cap(c.Slots), ctx.Err()))
+		return failure.NewInfra("env.session", fmt.Errorf("httpenv: waiting for a free session (env.max_sessions %d): %w", cap(c.Slots), ctx.Err()))
 	}
 }
 
@@ -227,7 +227,7 @@ func (c *Client) post(ctx context.Context, path string, in, out any) error {
 	op := "env" + strings.ReplaceAll(path, "/", ".")
 	body, err := json.Marshal(in)
 	if err != nil {
-		return rollout.Data(op, err)
+		return failure.NewData(op, err)
 	}
 	t := c.Timeout
 	if t <= 0 {
@@ -237,7 +237,7 @@ func (c *Client) post(ctx context.Context, path string, in, out any) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytes.NewReader(body))
 	if err != nil {
-		return rollout.Data(op, err)
+		return failure.NewData(op, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	hc := c.HTTP
@@ -246,19 +246,19 @@ func (c *Client) post(ctx context.Context, path string, in, out any) error {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return rollout.Infra(op, err) // connection refused, reset, timeout
+		return failure.NewInfra(op, err) // connection refused, reset, timeout
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return rollout.Infra(op, fmt.Errorf("httpenv: reading reply: %w", err))
+		return failure.NewInfra(op, fmt.Errorf("httpenv: reading reply: %w", err))
 	}
 	if resp.StatusCode/100 != 2 {
 		return statusError(op, resp.StatusCode, raw)
 	}
 	// Unknown fields are allowed: a newer server may add some.
 	if err := json.Unmarshal(raw, out); err != nil {
-		return rollout.Data(op, fmt.Errorf("httpenv: %s replied %d with a body that is not the protocol's JSON (%v): %q", c.BaseURL+path, resp.StatusCode, err, excerpt(raw)))
+		return failure.NewData(op, fmt.Errorf("httpenv: %s replied %d with a body that is not the protocol's JSON (%v): %q", c.BaseURL+path, resp.StatusCode, err, excerpt(raw)))
 	}
 	return nil
 }
@@ -268,14 +268,14 @@ func (c *Client) post(ctx context.Context, path string, in, out any) error {
 func statusError(op string, status int, raw []byte) error {
 	var er ErrorReply
 	msg := excerpt(raw)
-	class := failclass.Status(status)
+	class := failure.Status(status)
 	if json.Unmarshal(raw, &er) == nil && er.Error.Message != "" {
 		msg = er.Error.Message
-		if failclass.Valid(er.Error.Class) {
+		if failure.Valid(er.Error.Class) {
 			class = er.Error.Class
 		}
 	}
-	return &rollout.Failure{Class: class, Op: op, Err: fmt.Errorf("httpenv: HTTP %d: %s", status, msg)}
+	return &failure.Failure{Class: class, Op: op, Err: fmt.Errorf("httpenv: HTTP %d: %s", status, msg)}
 }
 
 func excerpt(b []byte) string {

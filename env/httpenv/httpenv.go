@@ -5,7 +5,7 @@
 // /snapshot, /restore, /close. Version 2 adds chat messages with tool
 // calls and idempotency keys; a version-1 peer ignores the new fields.
 //
-// Errors are typed for retries: the client returns *rollout.Failure with
+// Errors are typed for retries: the client returns *failure.Failure with
 // class infra for transport errors, timeouts, 408, 429 and 5xx, and class
 // data for other 4xx and for replies that break the protocol.
 package httpenv

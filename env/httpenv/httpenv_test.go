@@ -15,9 +15,10 @@ import (
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/env/httpenv"
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/rollout/rollouttest"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
 )
 
 func server(t *testing.T) (*httpenv.Server, *httptest.Server) {
@@ -74,11 +75,11 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("%d sessions after close", srv.Sessions())
 	}
 	// Errors: an unknown session is data, an unknown env is data.
-	if _, err := remote.Step(ctx, "1"); rollout.ClassOf(err) != runlog.ClassData {
+	if _, err := remote.Step(ctx, "1"); failure.ClassOf(err) != failure.Data {
 		t.Fatalf("step without session: %v", err)
 	}
 	bad := httpenv.New(ts.URL, "nope", nil)
-	if _, err := bad.Reset(ctx, task, 0); rollout.ClassOf(err) != runlog.ClassData || !strings.Contains(err.Error(), "unknown environment") {
+	if _, err := bad.Reset(ctx, task, 0); failure.ClassOf(err) != failure.Data || !strings.Contains(err.Error(), "unknown environment") {
 		t.Fatalf("unknown env: %v", err)
 	}
 }
@@ -124,8 +125,8 @@ func TestGarbageServer(t *testing.T) {
 	}))
 	defer ts.Close()
 	_, err := httpenv.New(ts.URL, "ledger", nil).Reset(context.Background(), env.Task{}, 0)
-	var f *rollout.Failure
-	if !errors.As(err, &f) || f.Class != runlog.ClassData {
+	var f *failure.Failure
+	if !errors.As(err, &f) || f.Class != failure.Data {
 		t.Fatalf("err %v", err)
 	}
 	for _, want := range []string{"not the protocol's JSON", "/reset", "<html>definitely not json</html>"} {
@@ -141,11 +142,11 @@ func TestStatusClasses(t *testing.T) {
 		body   string
 		class  string
 	}{
-		{503, "overloaded", runlog.ClassInfra},
-		{429, "", runlog.ClassInfra},
-		{408, "", runlog.ClassInfra},
-		{400, `{"error":{"class":"data","message":"bad action"}}`, runlog.ClassData},
-		{500, `{"error":{"class":"data","message":"env bug"}}`, runlog.ClassData}, // the server's class wins
+		{503, "overloaded", failure.Infra},
+		{429, "", failure.Infra},
+		{408, "", failure.Infra},
+		{400, `{"error":{"class":"data","message":"bad action"}}`, failure.Data},
+		{500, `{"error":{"class":"data","message":"env bug"}}`, failure.Data}, // the server's class wins
 	} {
 		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(tc.status)
@@ -153,7 +154,7 @@ func TestStatusClasses(t *testing.T) {
 		}))
 		_, err := httpenv.New(ts.URL, "ledger", nil).Reset(context.Background(), env.Task{}, 0)
 		ts.Close()
-		if got := rollout.ClassOf(err); got != tc.class {
+		if got := failure.ClassOf(err); got != tc.class {
 			t.Errorf("%d %q: class %s (%v)", tc.status, tc.body, got, err)
 		}
 	}
@@ -173,7 +174,7 @@ func TestHangingServer(t *testing.T) {
 	c.Timeout = 50 * time.Millisecond
 	start := time.Now()
 	_, err := c.Reset(context.Background(), env.Task{}, 0)
-	if rollout.ClassOf(err) != runlog.ClassInfra || !errors.Is(err, context.DeadlineExceeded) {
+	if failure.ClassOf(err) != failure.Infra || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err %v", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/internal/failclass"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/longhaul-rl/longhaul/failure"
 
 	"github.com/longhaul-rl/longhaul/env"
 )
@@ -73,9 +74,9 @@ type httpError struct {
 func (e *httpError) Error() string { return e.err.Error() }
 
 func bad(status int, format string, a ...any) error {
-	class := failclass.Data
+	class := failure.Data
 	if status >= 500 {
-		class = failclass.Infra
+		class = failure.Infra
 	}
 	return &httpError{status: status, class: class, err: fmt.Errorf(format, a...)}
 }
@@ -116,7 +117,7 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, out any, err erro
 		var he *httpError
 		if !errors.As(err, &he) {
 			// An environment's own error is about the episode: data.
-			he = &httpError{status: http.StatusUnprocessableEntity, class: failclass.Data, err: err}
+			he = &httpError{status: http.StatusUnprocessableEntity, class: failure.Data, err: err}
 		}
 		s.log.Debug("httpenv error", "path", r.URL.Path, "status", he.status, "err", err)
 		w.WriteHeader(he.status)
@@ -158,10 +159,10 @@ func (s *Server) get(id string) (*session, error) {
 func (s *Server) newEnv(name string, params json.RawMessage) (env.Environment, error) {
 	e, err := s.reg.New(name, params)
 	if errors.Is(err, env.ErrUnknown) {
-		return nil, &httpError{status: http.StatusNotFound, class: failclass.Data, err: err}
+		return nil, &httpError{status: http.StatusNotFound, class: failure.Data, err: err}
 	}
 	if err != nil {
-		return nil, &httpError{status: http.StatusBadRequest, class: failclass.Data, err: err}
+		return nil, &httpError{status: http.StatusBadRequest, class: failure.Data, err: err}
 	}
 	return e, nil
 }

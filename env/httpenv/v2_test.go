@@ -14,8 +14,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/env/httpenv"
-	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/failure"
 )
 
 // lookupEnv is a message-level environment with two tools and a side
@@ -202,8 +201,8 @@ func TestBadReplies(t *testing.T) {
 			if err == nil {
 				_, err = c.Step(keyed(0), "note hi")
 			}
-			var f *rollout.Failure
-			if !errors.As(err, &f) || f.Class != runlog.ClassData || !strings.Contains(err.Error(), tc.want) {
+			var f *failure.Failure
+			if !errors.As(err, &f) || f.Class != failure.Data || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want a data failure with %q", err, tc.want)
 			}
 		})

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 )
 
@@ -210,7 +211,7 @@ func (c *Client) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			errs[gi] = &Error{Class: ClassInfra, Err: ctx.Err()}
+			errs[gi] = &Error{Class: failure.Infra, Err: ctx.Err()}
 			continue
 		}
 		wg.Go(func() {
@@ -310,7 +311,7 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 	}
 	route, body, err := c.encodeRequest(r, n, topP)
 	if err != nil {
-		return nil, &Error{Class: ClassData, Err: fmt.Errorf("encode request: %w", err)}
+		return nil, &Error{Class: failure.Data, Err: fmt.Errorf("encode request: %w", err)}
 	}
 	tried := map[*backend]bool{}
 	var lastErr error
@@ -328,7 +329,7 @@ func (c *Client) call(ctx context.Context, r *gen.Request, n int) ([]gen.Result,
 				continue
 			}
 			if lastErr == nil {
-				lastErr = &Error{Class: ClassInfra, Err: errors.New("no generation server is up to date and up")}
+				lastErr = &Error{Class: failure.Infra, Err: errors.New("no generation server is up to date and up")}
 			}
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("the call ended (%w) after waiting %v for a server: %w", ctx.Err(), time.Since(outage).Round(time.Second), lastErr)
@@ -379,11 +380,11 @@ func (c *Client) post(ctx context.Context, b *backend, route string, body []byte
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
 	infra := func(status int, err error) *Error {
-		return &Error{Class: ClassInfra, Status: status, Server: b.url, Err: err}
+		return &Error{Class: failure.Infra, Status: status, Server: b.url, Err: err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+route, bytes.NewReader(body))
 	if err != nil {
-		return nil, false, &Error{Class: ClassData, Server: b.url, Err: fmt.Errorf("build request: %w", err)}
+		return nil, false, &Error{Class: failure.Data, Server: b.url, Err: fmt.Errorf("build request: %w", err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.opts.APIKey != "" {
@@ -399,7 +400,7 @@ func (c *Client) post(ctx context.Context, b *backend, route string, body []byte
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.opts.MaxResponseBytes+1))
 	if err != nil {
-		if ctx.Err() != nil || isInfra(err) {
+		if ctx.Err() != nil || failure.IsInfra(err) {
 			return nil, true, infra(resp.StatusCode, fmt.Errorf("read response: %w", err))
 		}
 		// Any other read error (e.g. a body over a broken chunked encoding)
@@ -410,7 +411,7 @@ func (c *Client) post(ctx context.Context, b *backend, route string, body []byte
 		return nil, true, dataErr(b.url, resp.StatusCode, "response exceeds %d bytes", c.opts.MaxResponseBytes)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, true, &Error{Class: classOfStatus(resp.StatusCode), Status: resp.StatusCode, Server: b.url,
+		return nil, true, &Error{Class: failure.Status(resp.StatusCode), Status: resp.StatusCode, Server: b.url,
 			Err: fmt.Errorf("completions: %s", errorMessage(raw))}
 	}
 	res, version, err := c.decodeResponse(raw, r, n)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/server"
@@ -146,7 +147,7 @@ func TestAPIKey(t *testing.T) {
 	}
 	_, err = newClient(t, []string{ts.URL}, Options{APIKey: "wrong"}).Generate(t.Context(), []gen.Request{req(1)})
 	var e *Error
-	if !errors.As(err, &e) || e.Status != 401 || e.Class != ClassData || !strings.Contains(err.Error(), "Incorrect API key") {
+	if !errors.As(err, &e) || e.Status != 401 || e.Class != failure.Data || !strings.Contains(err.Error(), "Incorrect API key") {
 		t.Fatalf("wrong key: %v", err)
 	}
 }
@@ -288,11 +289,11 @@ func TestAllDownIsInfra(t *testing.T) {
 	ts.Close()
 	c := newClient(t, []string{ts.URL}, Options{MaxOutage: 300 * time.Millisecond})
 	_, err := c.Generate(t.Context(), []gen.Request{req(1)})
-	if ClassOf(err) != ClassInfra {
-		t.Fatalf("class %q: %v", ClassOf(err), err)
+	if failure.ClassOf(err) != failure.Infra {
+		t.Fatalf("class %q: %v", failure.ClassOf(err), err)
 	}
 	_, err = c.Generate(t.Context(), []gen.Request{req(1)})
-	if ClassOf(err) != ClassInfra || !strings.Contains(err.Error(), "no server for") || !strings.Contains(err.Error(), "max_outage_s") {
+	if failure.ClassOf(err) != failure.Infra || !strings.Contains(err.Error(), "no server for") || !strings.Contains(err.Error(), "max_outage_s") {
 		t.Fatalf("second call: %v", err)
 	}
 }
@@ -340,29 +341,29 @@ func TestErrorClasses(t *testing.T) {
 		status           int
 		timeout          time.Duration
 	}{
-		{"500", canned(t, 500, `{"error":{"message":"boom","type":"server_error"}}`), ClassInfra, 500, 0},
-		{"503", canned(t, 503, `loading`), ClassInfra, 503, 0},
-		{"429", canned(t, 429, `{"error":{"message":"slow down"}}`), ClassInfra, 429, 0},
-		{"408", canned(t, 408, ``), ClassInfra, 408, 0},
-		{"400", canned(t, 400, `{"error":{"message":"bad prompt"}}`), ClassData, 400, 0},
-		{"404", canned(t, 404, `{"error":{"message":"no model"}}`), ClassData, 404, 0},
-		{"malformed", canned(t, 200, `{"choices":[`), ClassData, 200, 0},
-		{"truncated", truncated.URL, ClassInfra, 200, 0}, // what a server killed mid-answer leaves
-		{"short logprobs", canned(t, 200, strings.Replace(good, "[-0.5,-0.25]", "[-0.5]", 1)), ClassData, 200, 0},
-		{"null logprob", canned(t, 200, strings.Replace(good, "[-0.5,-0.25]", "[-0.5,null]", 1)), ClassData, 200, 0},
-		{"no logprobs", canned(t, 200, `{"choices":[{"finish_reason":"length","token_ids":[1]}]}`), ClassData, 200, 0},
-		{"no ids", canned(t, 200, strings.ReplaceAll(noIDs, "token_id:", "")), ClassData, 200, 0},
-		{"two choices", canned(t, 200, `{"choices":[{},{}]}`), ClassData, 200, 0},
-		{"other prompt", canned(t, 200, strings.Replace(good, `"token_ids"`, `"prompt_token_ids":[9],"token_ids"`, 1)), ClassData, 200, 0},
-		{"ids vs logprobs", canned(t, 200, strings.Replace(noIDs, `"token_id:263"`, `"token_id:263","token_id:1"`, 1)), ClassData, 200, 0},
-		{"abort", canned(t, 200, strings.Replace(good, `"length"`, `"abort"`, 1)), ClassInfra, 200, 0},
-		{"deadline", slow.URL, ClassInfra, 0, 50 * time.Millisecond},
+		{"500", canned(t, 500, `{"error":{"message":"boom","type":"server_error"}}`), failure.Infra, 500, 0},
+		{"503", canned(t, 503, `loading`), failure.Infra, 503, 0},
+		{"429", canned(t, 429, `{"error":{"message":"slow down"}}`), failure.Infra, 429, 0},
+		{"408", canned(t, 408, ``), failure.Infra, 408, 0},
+		{"400", canned(t, 400, `{"error":{"message":"bad prompt"}}`), failure.Data, 400, 0},
+		{"404", canned(t, 404, `{"error":{"message":"no model"}}`), failure.Data, 404, 0},
+		{"malformed", canned(t, 200, `{"choices":[`), failure.Data, 200, 0},
+		{"truncated", truncated.URL, failure.Infra, 200, 0}, // what a server killed mid-answer leaves
+		{"short logprobs", canned(t, 200, strings.Replace(good, "[-0.5,-0.25]", "[-0.5]", 1)), failure.Data, 200, 0},
+		{"null logprob", canned(t, 200, strings.Replace(good, "[-0.5,-0.25]", "[-0.5,null]", 1)), failure.Data, 200, 0},
+		{"no logprobs", canned(t, 200, `{"choices":[{"finish_reason":"length","token_ids":[1]}]}`), failure.Data, 200, 0},
+		{"no ids", canned(t, 200, strings.ReplaceAll(noIDs, "token_id:", "")), failure.Data, 200, 0},
+		{"two choices", canned(t, 200, `{"choices":[{},{}]}`), failure.Data, 200, 0},
+		{"other prompt", canned(t, 200, strings.Replace(good, `"token_ids"`, `"prompt_token_ids":[9],"token_ids"`, 1)), failure.Data, 200, 0},
+		{"ids vs logprobs", canned(t, 200, strings.Replace(noIDs, `"token_id:263"`, `"token_id:263","token_id:1"`, 1)), failure.Data, 200, 0},
+		{"abort", canned(t, 200, strings.Replace(good, `"length"`, `"abort"`, 1)), failure.Infra, 200, 0},
+		{"deadline", slow.URL, failure.Infra, 0, 50 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClient(t, []string{tc.url}, Options{RequestTimeout: tc.timeout, MaxOutage: 200 * time.Millisecond})
 			_, err := c.Generate(t.Context(), []gen.Request{req(1)})
 			var e *Error
-			if !errors.As(err, &e) || e.Class != tc.class || ClassOf(err) != tc.class || e.Status != tc.status || e.Server != tc.url {
+			if !errors.As(err, &e) || e.Class != tc.class || failure.ClassOf(err) != tc.class || e.Status != tc.status || e.Server != tc.url {
 				t.Fatalf("got %v (%#v), want class %s status %d", err, e, tc.class, tc.status)
 			}
 			if tc.name == "deadline" && !errors.Is(err, context.DeadlineExceeded) {
@@ -390,13 +391,13 @@ func TestErrorClasses(t *testing.T) {
 func TestClassOf(t *testing.T) {
 	for err, want := range map[error]string{
 		nil:                      "",
-		context.DeadlineExceeded: ClassInfra,
-		errors.New("mystery"):    ClassData,
-		fmt.Errorf("w: %w", &Error{Class: ClassInfra, Err: errors.New("x")}): ClassInfra,
-		&net.OpError{Op: "dial", Err: errors.New("refused")}:                 ClassInfra,
+		context.DeadlineExceeded: failure.Infra,
+		errors.New("mystery"):    failure.Data,
+		fmt.Errorf("w: %w", &Error{Class: failure.Infra, Err: errors.New("x")}): failure.Infra,
+		&net.OpError{Op: "dial", Err: errors.New("refused")}:                    failure.Infra,
 	} {
-		if got := ClassOf(err); got != want {
-			t.Errorf("ClassOf(%v) = %q, want %q", err, got, want)
+		if got := failure.ClassOf(err); got != want {
+			t.Errorf("failure.ClassOf(%v) = %q, want %q", err, got, want)
 		}
 	}
 }

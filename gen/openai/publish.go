@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/failure"
 )
 
 // Version fencing. The client tracks, per server, the weight version it
@@ -163,7 +165,7 @@ func (c *Client) checkServed(b *backend, served int64, instance string) (int64, 
 	if c.restarted(b, instance) && c.pubPath != "" {
 		// A restart not yet caught up: its weights are what it loaded at
 		// start, even when its label is the published version.
-		return served, &Error{Class: ClassInfra, Server: b.url,
+		return served, &Error{Class: failure.Infra, Server: b.url,
 			Err: fmt.Errorf("%w: served by a restarted server (version %d by its label) not yet brought to version %d", ErrVersion, served, c.pubVersion)}
 	}
 	if c.opts.API == APIVLLM && c.pubPath != "" {
@@ -178,7 +180,7 @@ func (c *Client) checkServed(b *backend, served int64, instance string) (int64, 
 		if b.version < 0 {
 			// Weights of unknown version (a restart, a refused call, a
 			// failed update): a label never vouches for them (catchUp).
-			return served, &Error{Class: ClassInfra, Server: b.url,
+			return served, &Error{Class: failure.Infra, Server: b.url,
 				Err: fmt.Errorf("%w: served version %d by a server not yet brought to version %d", ErrVersion, served, c.pubVersion)}
 		}
 		// The server changed under us (a restart): stale until caught up.
@@ -189,7 +191,7 @@ func (c *Client) checkServed(b *backend, served int64, instance string) (int64, 
 	}
 	if served < c.lo || served > c.hi {
 		b.version = -1 // re-publish before it serves again
-		return served, &Error{Class: ClassInfra, Server: b.url,
+		return served, &Error{Class: failure.Infra, Server: b.url,
 			Err: fmt.Errorf("%w: served version %d, expected %d..%d", ErrVersion, served, c.lo, c.hi)}
 	}
 	return served, nil
@@ -243,7 +245,7 @@ func (c *Client) reload(ctx context.Context, b *backend, path string, v int64) e
 		c.mu.Lock()
 		b.version = -1
 		c.mu.Unlock()
-		if ClassOf(err) == ClassInfra && isUnreachable(err) {
+		if failure.ClassOf(err) == failure.Infra && isUnreachable(err) {
 			c.markDown(b, err)
 		}
 		return fmt.Errorf("weight reload: %w", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/server"
 )
@@ -90,7 +91,7 @@ func TestExpectFencesCalls(t *testing.T) {
 	}
 	c.Expect(5, 5)
 	_, err := c.Generate(t.Context(), []gen.Request{req(1)})
-	if !errors.Is(err, ErrVersion) || ClassOf(err) != ClassInfra {
+	if !errors.Is(err, ErrVersion) || failure.ClassOf(err) != failure.Infra {
 		t.Fatalf("call served by version 4 when 5 is expected: %v", err)
 	}
 	c.Expect(3, 4)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/failure"
 )
 
 // UpdateWeights makes every server serve the weights at path as version v,
@@ -51,14 +53,14 @@ func (c *Client) UpdateWeights(ctx context.Context, path string, v int64) error 
 		switch {
 		case err == nil:
 			ok++
-		case ClassOf(err) == ClassInfra && ctx.Err() == nil && isUnreachable(err):
+		case failure.ClassOf(err) == failure.Infra && ctx.Err() == nil && isUnreachable(err):
 			c.log.Warn("weight update: server unreachable; it stays out of rotation until an update reaches it", "server", b.url, "err", err)
 		default:
 			errs = append(errs, fmt.Errorf("%s: %w", b.url, err))
 		}
 	}
 	if len(errs) == 0 && ok == 0 {
-		errs = append(errs, &Error{Class: ClassInfra, Err: fmt.Errorf("weight update to version %d: no server reachable", v)})
+		errs = append(errs, &Error{Class: failure.Infra, Err: fmt.Errorf("weight update to version %d: no server reachable", v)})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("openai: weight update to version %d: %w", v, err)
@@ -92,7 +94,7 @@ func (c *Client) updateOne(ctx context.Context, b *backend, path string, v int64
 		}
 		select {
 		case <-ctx.Done():
-			return &Error{Class: ClassInfra, Server: b.url, Err: fmt.Errorf("waiting for %d calls to finish: %w", busy, ctx.Err())}
+			return &Error{Class: failure.Infra, Server: b.url, Err: fmt.Errorf("waiting for %d calls to finish: %w", busy, ctx.Err())}
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
@@ -193,15 +195,15 @@ func (c *Client) admin(ctx context.Context, b *backend, method, route string, bo
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return &Error{Class: ClassInfra, Server: b.url, Err: fmt.Errorf("%s: %w", route, err)}
+		return &Error{Class: failure.Infra, Server: b.url, Err: fmt.Errorf("%s: %w", route, err)}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return &Error{Class: ClassInfra, Status: resp.StatusCode, Server: b.url, Err: fmt.Errorf("%s: read answer: %w", route, err)}
+		return &Error{Class: failure.Infra, Status: resp.StatusCode, Server: b.url, Err: fmt.Errorf("%s: read answer: %w", route, err)}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return &Error{Class: classOfStatus(resp.StatusCode), Status: resp.StatusCode, Server: b.url,
+		return &Error{Class: failure.Status(resp.StatusCode), Status: resp.StatusCode, Server: b.url,
 			Err: fmt.Errorf("%s: %s", route, errorMessage(raw))}
 	}
 	if out != nil {

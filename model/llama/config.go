@@ -6,7 +6,7 @@
 // the HF names and the [out, in] layout, so a checkpoint loads straight into
 // the slab (no second copy) and saves back unchanged.
 //
-// Every matrix product goes through internal/kern, whose contract makes
+// Every matrix product goes through model/kern, whose contract makes
 // each output element one sequential chain over the reduction index; every
 // other reduction here has a fixed order. Results therefore do not depend on
 // GOMAXPROCS or on how a batch is composed, and the sampler's logprobs are

@@ -3,7 +3,7 @@ package llama
 import (
 	"sync"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // decodeHead is the output head laid out by kern.Pack for decode. The head

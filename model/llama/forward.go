@@ -3,7 +3,7 @@ package llama
 import (
 	"math"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // layerActs are what one block's forward keeps for its backward (T rows).

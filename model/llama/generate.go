@@ -6,9 +6,9 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // genSeq is one request's decoding state: its KV cache holds, per layer,

@@ -3,8 +3,8 @@ package llama
 import (
 	"math"
 
-	"github.com/longhaul-rl/longhaul/internal/kern"
 	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // Layer functions over flat row-major []float32 with explicit dims. Scalar

@@ -233,7 +233,7 @@ class Trainer:
         stay). The warm start has an AdamW of its own, fresh at index 0, with
         a constant learning rate w.lr after w.warmup_steps of linear warmup,
         exactly as the in-process warm start makes a second trainer over the
-        same weights (internal/runner/warmstart.go). The caller checked the
+        same weights (runner/warmstart.go). The caller checked the
         fence (index == warm_done, step == 0)."""
         if b.loss != "sft":
             raise Invalid(f"warm_step: loss {b.loss!r}, want 'sft'")

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/train"
 	"github.com/longhaul-rl/longhaul/train/remote"
@@ -74,7 +75,7 @@ func TestProtocolRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.TrainStep(ctx, batch(3, 2, 4, 8, vocab))
-	if !errors.Is(err, remote.ErrStepConflict) || remote.ClassOf(err) != remote.ClassData {
+	if !errors.Is(err, remote.ErrStepConflict) || failure.ClassOf(err) != failure.Data {
 		t.Fatalf("stale step: err = %v, want a step conflict (data)", err)
 	}
 
@@ -277,7 +278,7 @@ func TestSIGKILLRestart(t *testing.T) {
 		if err == nil {
 			t.Fatal("the step finished before the kill: make it bigger")
 		}
-		if remote.ClassOf(err) != remote.ClassInfra {
+		if failure.ClassOf(err) != failure.Infra {
 			t.Fatalf("killed mid-step: %v, want an infra error", err)
 		}
 	case <-time.After(time.Minute):

@@ -31,7 +31,7 @@ func TestWarmStartAgreement(t *testing.T) {
 		WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-3, GradClip: 0.5}
 	const steps = 3
 	spec := remote.WarmSpec{Steps: steps, WarmupSteps: 2, LR: 0.02}
-	woc := oc // what internal/runner.warmOptim makes of the run's optimizer
+	woc := oc // what runner.warmOptim makes of the run's optimizer
 	woc.LR, woc.MinLR, woc.Schedule, woc.WarmupSteps, woc.TotalSteps = spec.LR, spec.LR, "constant", spec.WarmupSteps, steps
 	goWarm, err := llama.NewTrainer(m, woc)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/internal/metrics"
+	"github.com/longhaul-rl/longhaul/metrics"
 )
 
 // Learning across the three processes: examples/qwen3-guess.yaml (guess

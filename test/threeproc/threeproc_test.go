@@ -22,11 +22,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/internal/crashtest"
-	"github.com/longhaul-rl/longhaul/internal/metrics"
-	"github.com/longhaul-rl/longhaul/internal/proctest"
+	"github.com/longhaul-rl/longhaul/metrics"
 	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/testkit/crashtest"
+	"github.com/longhaul-rl/longhaul/testkit/proctest"
 )
 
 // The run: the ledger task, deterministic mode, a warm start of 10 steps

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -28,16 +28,16 @@ type Trainer struct {
 	pg      model.LossConfig
 	sft     model.LossConfig
 	version int64
-	fs      storage.FS // nil: the OS
+	fs      store.FS // nil: the OS
 }
 
 // SetFS routes the trainer's checkpoint files through fs (the run's
 // storage seam, so tests can make a checkpoint write fail).
-func (t *Trainer) SetFS(fs storage.FS) { t.fs = fs }
+func (t *Trainer) SetFS(fs store.FS) { t.fs = fs }
 
-func (t *Trainer) storage() storage.FS {
+func (t *Trainer) storage() store.FS {
 	if t.fs == nil {
-		return storage.OS
+		return store.OS
 	}
 	return t.fs
 }
@@ -89,12 +89,12 @@ func (t *Trainer) State(context.Context) (train.State, error) {
 
 // SaveCheckpoint implements train.Trainer: weights (safetensors + config.json),
 // optimizer state and the version, written plainly through the storage
-// seam: the checkpoint writer (internal/ckpt) fsyncs the directory's files
+// seam: the checkpoint writer (train/ckpt) fsyncs the directory's files
 // and publishes it by rename.
 func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 	fs := t.storage()
 	err := t.t.Model().WriteFilesWith(filepath.Join(dir, WeightsFile), func(p string, b []byte) error {
-		return storage.PutFile(fs, p, b)
+		return store.PutFile(fs, p, b)
 	})
 	if err != nil {
 		return fmt.Errorf("embedded trainer: %w", err)

@@ -7,9 +7,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -23,16 +23,16 @@ type HFTrainer struct {
 	oc      model.OptimConfig
 	pg, sft model.LossConfig
 	version int64
-	fs      storage.FS // nil: the OS
+	fs      store.FS // nil: the OS
 }
 
 // SetFS routes the checkpoint's files (the HF directory, the optimizer
 // state and the version) through fs.
-func (t *HFTrainer) SetFS(fs storage.FS) { t.fs = fs }
+func (t *HFTrainer) SetFS(fs store.FS) { t.fs = fs }
 
-func (t *HFTrainer) storage() storage.FS {
+func (t *HFTrainer) storage() store.FS {
 	if t.fs == nil {
-		return storage.OS
+		return store.OS
 	}
 	return t.fs
 }
@@ -83,7 +83,7 @@ func (t *HFTrainer) State(context.Context) (train.State, error) {
 func (t *HFTrainer) SaveCheckpoint(_ context.Context, dir string) error {
 	fs := t.storage()
 	// Written in place through the seam: the checkpoint writer
-	// (internal/ckpt) fsyncs the directory's files and publishes it.
+	// (train/ckpt) fsyncs the directory's files and publishes it.
 	create := func(p string) (io.WriteCloser, error) {
 		return fs.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	}

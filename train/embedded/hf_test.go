@@ -10,9 +10,9 @@ import (
 
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
-	"github.com/longhaul-rl/longhaul/internal/storage"
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -108,7 +108,7 @@ func TestHFCheckpointThroughSeam(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := &storage.Faulty{FS: storage.OS, Fault: storage.NoSpace, At: 1, Match: name}
+			f := &store.Faulty{FS: store.OS, Fault: store.NoSpace, At: 1, Match: name}
 			tr.SetFS(f)
 			err = tr.SaveCheckpoint(context.Background(), t.TempDir())
 			if !errors.Is(err, syscall.ENOSPC) || !f.Fired() {

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/longhaul-rl/longhaul/internal/storage"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // The optimizer state and version files of a checkpoint, the same for
@@ -20,7 +20,7 @@ type meta struct {
 }
 
 // saveState writes the optimizer state and the version into dir through fs.
-func saveState(fs storage.FS, dir string, save func(io.Writer) error, version int64) error {
+func saveState(fs store.FS, dir string, save func(io.Writer) error, version int64) error {
 	f, err := fs.OpenFile(filepath.Join(dir, StateFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("embedded trainer: %w", err)
@@ -34,7 +34,7 @@ func saveState(fs storage.FS, dir string, save func(io.Writer) error, version in
 		return fmt.Errorf("embedded trainer: %w", err)
 	}
 	b, _ := json.Marshal(meta{Version: version})
-	if err := storage.PutFile(fs, filepath.Join(dir, MetaFile), b); err != nil {
+	if err := store.PutFile(fs, filepath.Join(dir, MetaFile), b); err != nil {
 		return fmt.Errorf("embedded trainer: %w", err)
 	}
 	return nil

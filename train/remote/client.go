@@ -12,17 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/internal/failclass"
+	"github.com/longhaul-rl/longhaul/failure"
 
 	"github.com/longhaul-rl/longhaul/train"
-)
-
-// Failure classes (internal/failclass, the one vocabulary): infra is
-// worth retrying (timeouts, connection errors, 5xx, 408, 429); data is not
-// (other 4xx, bad answers).
-const (
-	ClassInfra = failclass.Infra
-	ClassData  = failclass.Data
 )
 
 // Error is a failed trainer call.
@@ -46,21 +38,6 @@ func (e *Error) Unwrap() error { return e.Err }
 // FailureClass reports the class to callers that classify failures by
 // behaviour (the controller and rollout loop).
 func (e *Error) FailureClass() string { return e.Class }
-
-// ClassOf returns the class of err ("" for nil; unknown errors are data).
-func ClassOf(err error) string {
-	if err == nil {
-		return ""
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Class
-	}
-	if failclass.IsInfra(err) {
-		return ClassInfra
-	}
-	return ClassData
-}
 
 // ErrStepConflict is in the chain of a TrainStep refused because the
 // trainer is not at the step the client expected (a retried step that had
@@ -158,7 +135,7 @@ func (c *Client) TrainStep(ctx context.Context, b train.Batch) (train.StepStats,
 	}
 	payload, err := encodeBatch(b, expect)
 	if err != nil {
-		return train.StepStats{}, &Error{Class: ClassData, Server: c.url, Err: fmt.Errorf("encode batch: %w", err)}
+		return train.StepStats{}, &Error{Class: failure.Data, Server: c.url, Err: fmt.Errorf("encode batch: %w", err)}
 	}
 	var ws wireStats
 	// Retried only when the step is fenced (expect_step), so a resend
@@ -235,7 +212,7 @@ func (c *Client) pathCall(ctx context.Context, route, field, val string) error {
 		return err
 	}
 	if !ok.OK {
-		return &Error{Class: ClassData, Status: http.StatusOK, Server: c.url, Err: fmt.Errorf("%s: answer lacks ok=true", route)}
+		return &Error{Class: failure.Data, Status: http.StatusOK, Server: c.url, Err: fmt.Errorf("%s: answer lacks ok=true", route)}
 	}
 	return nil
 }
@@ -274,7 +251,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.url+route, rd)
 	if err != nil {
-		return &Error{Class: ClassData, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
+		return &Error{Class: failure.Data, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
 	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
@@ -287,14 +264,14 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return &Error{Class: ClassInfra, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
+		return &Error{Class: failure.Infra, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		class := ClassData // a broken answer, unless cut short (a killed trainer): infra
-		if ctx.Err() != nil || ClassOf(err) == ClassInfra {
-			class = ClassInfra
+		class := failure.Data // a broken answer, unless cut short (a killed trainer): infra
+		if ctx.Err() != nil || failure.ClassOf(err) == failure.Infra {
+			class = failure.Infra
 		}
 		return &Error{Class: class, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: read answer: %w", route, err)}
 	}
@@ -306,7 +283,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
 			msg = e.Error.Message
 		}
-		class := failclass.Status(resp.StatusCode)
+		class := failure.Status(resp.StatusCode)
 		err := errors.New(msg)
 		if resp.StatusCode == http.StatusConflict && e.Error.Code == "step_conflict" {
 			// The trainer is not at the step the client knew: another
@@ -323,7 +300,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, route, c
 		return &Error{Class: class, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: %w", route, err)}
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		return &Error{Class: ClassData, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: decode answer: %w", route, err)}
+		return &Error{Class: failure.Data, Status: resp.StatusCode, Server: c.url, Err: fmt.Errorf("%s: decode answer: %w", route, err)}
 	}
 	return nil
 }

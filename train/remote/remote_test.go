@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -165,7 +166,7 @@ func TestStepFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := c.TrainStep(t.Context(), testBatch())
-	if !errors.Is(err, ErrStepConflict) || ClassOf(err) != ClassData || len(f.batches) != 2 {
+	if !errors.Is(err, ErrStepConflict) || failure.ClassOf(err) != failure.Data || len(f.batches) != 2 {
 		t.Fatalf("got %v, %d batches", err, len(f.batches))
 	}
 	if _, err := c.State(t.Context()); err != nil {
@@ -184,18 +185,18 @@ func TestErrorMapping(t *testing.T) {
 	check := func(name string, err error, class string, status int) {
 		t.Helper()
 		var e *Error
-		if !errors.As(err, &e) || e.Class != class || e.Status != status || ClassOf(err) != class {
+		if !errors.As(err, &e) || e.Class != class || e.Status != status || failure.ClassOf(err) != class {
 			t.Errorf("%s: got %v, want %s %d", name, err, class, status)
 		}
 	}
 	_, err := New(ts.URL, Options{}).State(ctx)
-	check("no key", err, ClassData, 401)
+	check("no key", err, failure.Data, 401)
 	c := New(ts.URL, Options{APIKey: "k"})
 	f.err = fmt.Errorf("bad dir: %w", ErrInvalid)
-	check("invalid", c.SaveCheckpoint(ctx, "/x"), ClassData, 422)
+	check("invalid", c.SaveCheckpoint(ctx, "/x"), failure.Data, 422)
 	f.err = errors.New("CUDA out of memory")
 	_, err = c.TrainStep(ctx, testBatch())
-	check("trainer failure", err, ClassInfra, 500)
+	check("trainer failure", err, failure.Infra, 500)
 	if !strings.Contains(err.Error(), "CUDA out of memory") {
 		t.Errorf("message lost: %v", err)
 	}
@@ -204,21 +205,21 @@ func TestErrorMapping(t *testing.T) {
 	big.Rows[0].Tokens = make([]int32, 2000)
 	big.Rows[0].Mask, big.Rows[0].Advantages, big.Rows[0].OldLogprobs = make([]uint8, 2000), make([]float32, 2000), make([]float32, 2000)
 	_, err = c.TrainStep(ctx, big)
-	check("too large", err, ClassData, 413)
+	check("too large", err, failure.Data, 413)
 	bad := testBatch()
 	bad.Rows[0].Mask = bad.Rows[0].Mask[:1]
 	_, err = c.TrainStep(ctx, bad)
-	check("ragged row", err, ClassData, 0)
+	check("ragged row", err, failure.Data, 0)
 	bad = testBatch()
 	bad.Loss = "dpo"
 	_, err = c.TrainStep(ctx, bad)
-	check("bad loss", err, ClassData, 400)
-	check("missing dir", c.SaveCheckpoint(ctx, ""), ClassData, 400)
+	check("bad loss", err, failure.Data, 400)
+	check("missing dir", c.SaveCheckpoint(ctx, ""), failure.Data, 400)
 
 	// Deadline and dead server are infra.
 	f.block = make(chan struct{})
 	_, err = New(ts.URL, Options{APIKey: "k", StepTimeout: 30 * time.Millisecond}).TrainStep(ctx, testBatch())
-	check("deadline", err, ClassInfra, 0)
+	check("deadline", err, failure.Infra, 0)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("deadline not in chain: %v", err)
 	}
@@ -226,14 +227,14 @@ func TestErrorMapping(t *testing.T) {
 	dead := httptest.NewServer(Handler(f))
 	dead.Close()
 	_, err = New(dead.URL, Options{MaxOutage: 100 * time.Millisecond, MinBackoff: 10 * time.Millisecond}).State(ctx)
-	check("dead", err, ClassInfra, 0)
+	check("dead", err, failure.Infra, 0)
 
 	// Answers that break the contract are data; 429/503 are infra.
 	for _, tc := range []struct {
 		status int
 		body   string
 		class  string
-	}{{200, `{"step": "x"}`, ClassData}, {200, `{"step":`, ClassData}, {429, `{}`, ClassInfra}, {503, `busy`, ClassInfra}, {404, ``, ClassData}} {
+	}{{200, `{"step": "x"}`, failure.Data}, {200, `{"step":`, failure.Data}, {429, `{}`, failure.Infra}, {503, `busy`, failure.Infra}, {404, ``, failure.Data}} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(tc.status)
 			_, _ = w.Write([]byte(tc.body))
@@ -251,7 +252,7 @@ func TestErrorMapping(t *testing.T) {
 	}))
 	defer cut.Close()
 	_, err = New(cut.URL, Options{MaxOutage: 100 * time.Millisecond, MinBackoff: 10 * time.Millisecond}).State(ctx)
-	check("cut short", err, ClassInfra, 200)
+	check("cut short", err, failure.Infra, 200)
 }
 
 func TestSafetensorsLayout(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -44,14 +45,14 @@ func (e *RestartedError) Error() string {
 func (e *RestartedError) Unwrap() []error { return []error{ErrTrainerRestarted, train.ErrStateLost} }
 
 // FailureClass: a restart is infra, but not one a blind retry fixes.
-func (e *RestartedError) FailureClass() string { return ClassInfra }
+func (e *RestartedError) FailureClass() string { return failure.Infra }
 
 // retryable reports whether err means "the trainer is not there right
 // now": no answer at all (but not the call's own deadline), or an answer
 // that says come back later.
 func retryable(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) || e.Class != ClassInfra || errors.Is(err, context.DeadlineExceeded) {
+	if !errors.As(err, &e) || e.Class != failure.Infra || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	switch e.Status {

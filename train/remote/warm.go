@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -118,11 +119,11 @@ type wireWarm struct {
 // (the index fences it); a refusal by the fence is ErrWarmConflict.
 func (c *Client) WarmStep(ctx context.Context, s WarmSpec, b train.Batch) (WarmStats, error) {
 	if err := s.validate(); err != nil {
-		return WarmStats{}, &Error{Class: ClassData, Server: c.url, Err: fmt.Errorf("warm_step: %w", err)}
+		return WarmStats{}, &Error{Class: failure.Data, Server: c.url, Err: fmt.Errorf("warm_step: %w", err)}
 	}
 	payload, err := encodeWarm(b, s)
 	if err != nil {
-		return WarmStats{}, &Error{Class: ClassData, Server: c.url, Err: fmt.Errorf("encode warm batch: %w", err)}
+		return WarmStats{}, &Error{Class: failure.Data, Server: c.url, Err: fmt.Errorf("encode warm batch: %w", err)}
 	}
 	var w wireWarm
 	if err := c.retry(ctx, "warm_step", false, func() error {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -59,7 +60,7 @@ func TestWarmStepFenced(t *testing.T) {
 		t.Fatalf("trainer got %+v / %+v", f.specs, f.batches)
 	}
 	spec.Index = 1 // resent
-	if _, err := c.WarmStep(ctx, spec, sftBatch()); !errors.Is(err, ErrWarmConflict) || ClassOf(err) != ClassData {
+	if _, err := c.WarmStep(ctx, spec, sftBatch()); !errors.Is(err, ErrWarmConflict) || failure.ClassOf(err) != failure.Data {
 		t.Fatalf("resent warm step: %v", err)
 	}
 	if w, s, err := c.WarmState(ctx); err != nil || w != 2 || s != 0 {

@@ -1,0 +1,125 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/longhaul-rl/longhaul/compaction"
+	"github.com/longhaul-rl/longhaul/config"
+	"github.com/longhaul-rl/longhaul/controller"
+	"github.com/longhaul-rl/longhaul/env"
+	"github.com/longhaul-rl/longhaul/gen"
+	"github.com/longhaul-rl/longhaul/internal/rng"
+	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/segment"
+	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
+	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
+	"github.com/longhaul-rl/longhaul/train"
+)
+
+// oracles are the scripted agents that write warm-start demonstrations:
+// each answers the conversation so far (the summary request, when the
+// compaction policy asks for summaries, is given).
+var oracles = map[string]func(summaryRequest string) textOracle{
+	"ledger": func(s string) textOracle {
+		return func(msgs []tokenizer.Message) (string, error) { return env.LedgerOracle(msgs, s) }
+	},
+	"guess": func(string) textOracle { return env.GuessOracle },
+}
+
+// textOracle answers a conversation with the text of the next assistant
+// turn.
+type textOracle func(msgs []tokenizer.Message) (string, error)
+
+// demoChat is the chat a warm start's rollouts render through: nil for the
+// byte template, else the run's Chat (tokenizer.*), so the demonstrations
+// are in the tokens and template RL samples.
+type demoChat struct {
+	chat   lhtok.Chat
+	parser toolcall.Parser
+}
+
+// scripted is oracle as a generator speaking ch's tokens.
+func scripted(ch *demoChat, oracle textOracle) gen.Generator {
+	if ch == nil {
+		return &rollouttest.Func{Reply: func(req gen.Request) (string, error) { return oracle(tokenizer.Parse(req.Prompt)) }}
+	}
+	return &chatOracle{tok: ch.chat.Tokenizer(), reply: oracle}
+}
+
+// spec is the warm start's rollout spec: the run's, through ch's chat.
+func (ch *demoChat) spec(sp rollout.Spec, cfg *config.Config) rollout.Spec {
+	if ch != nil {
+		sp.Chat, sp.ToolParser = ch.chat, ch.parser
+		sp.History = bridge.History(cfg.Tokenizer.History)
+		sp.Render.Kwargs = cfg.Tokenizer.TemplateKwargs
+	}
+	return sp
+}
+
+// Demos returns n supervised rows: oracle episodes of the configured
+// environment, played through the same rollout loop, compaction and
+// segment builder as RL, so the warm start teaches exactly the token
+// layout RL trains on. Tasks are drawn from their own seed stream, apart
+// from the RL dataset.
+func Demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int) ([]train.Row, error) {
+	return demos(ctx, cfg, reg, n, nil)
+}
+
+func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch *demoChat) ([]train.Row, error) {
+	// The warm start's episodes are not the run's: their environment keys
+	// get a run id of their own.
+	ctx = env.WithRun(ctx, env.RunOf(ctx)+"-warmstart")
+	if cfg.Warmstart.Data != "" {
+		return fileDemos(ctx, cfg, reg, n, ch)
+	}
+	mk, ok := oracles[cfg.Env.Name]
+	if !ok {
+		return nil, fmt.Errorf("warmstart: environment %q has no demonstration oracle; set warmstart.data to a demonstrations file or warmstart.enabled: false", cfg.Env.Name)
+	}
+	params, err := cfg.EnvParamsJSON()
+	if err != nil {
+		return nil, err
+	}
+	ccfg, err := cfg.Controller()
+	if err != nil {
+		return nil, err
+	}
+	cc := cfg.CompactionConfig()
+	policy, err := cc.New()
+	if err != nil {
+		return nil, err
+	}
+	summary := ""
+	if s, ok := policy.(compaction.Summarizer); ok {
+		summary = s.SummaryRequest()
+	}
+	oracle := scripted(ch, mk(summary))
+	seed := rng.Derive(cfg.Run.Seed, "warmstart")
+	var rows []train.Row
+	for i := 0; len(rows) < n; i++ {
+		task, err := reg.Task(cfg.Env.Name, params, seed, i)
+		if err != nil {
+			return nil, err
+		}
+		rec := &rollouttest.Recorder{}
+		id := runlog.RolloutID{Group: runlog.GroupID(i)}
+		spec := ch.spec(controller.RolloutSpec(&ccfg, reg, task, id, 1, rng.Derive(seed, "env", uint64(i)), oracle, rec), cfg)
+		if _, err := rollout.Run(ctx, spec, nil); err != nil {
+			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
+		}
+		calls, bounds := rollout.Trace(rec.Events(), id)
+		segs, _, err := segment.Build(calls, bounds, cfg.SegmentConfig())
+		if err != nil {
+			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
+		}
+		for j := range segs {
+			rows = append(rows, segs[j].Row(1))
+		}
+	}
+	return rows[:n], nil
+}
