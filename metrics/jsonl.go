@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Writer appends steps to a metrics.jsonl file, one row per step.
@@ -18,8 +20,10 @@ import (
 // after a resume rewound training replaces its old row and every later one,
 // so the file never holds a step twice.
 type Writer struct {
-	f    *os.File
-	rows []rowPos // the rows in the file, in order
+	fs   store.FS
+	path string
+	f    store.File // opened for appending
+	rows []rowPos   // the rows in the file, in order
 	end  int64
 	// Repaired says what Create cut from a torn tail (0: nothing).
 	Repaired int64
@@ -33,24 +37,25 @@ type rowPos struct {
 // Create opens path for writing rows, creating it or continuing it (a
 // resumed run). A torn or unparsable last line is truncated; an unparsable
 // line before the last is an error naming its line.
-func Create(path string) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
+func Create(path string) (*Writer, error) { return CreateFS(store.OS, path) }
+
+// CreateFS is Create through the storage seam fs.
+func CreateFS(fs store.FS, path string) (*Writer, error) {
+	b, err := store.ReadFile(fs, path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	w := &Writer{f: f}
-	if err := w.scan(path); err != nil {
-		f.Close()
+	w := &Writer{fs: fs, path: path}
+	if err := w.scan(path, b); err != nil {
 		return nil, err
+	}
+	if w.f, err = fs.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return w, nil
 }
 
-func (w *Writer) scan(path string) error {
-	b, err := io.ReadAll(w.f)
-	if err != nil {
-		return fmt.Errorf("metrics: %s: %w", path, err)
-	}
+func (w *Writer) scan(path string, b []byte) error {
 	var off int64
 	for line := 1; len(b) > 0; line++ {
 		i := bytes.IndexByte(b, '\n')
@@ -78,7 +83,7 @@ func (w *Writer) scan(path string) error {
 	}
 	w.end = off
 	if w.Repaired > 0 {
-		if err := w.f.Truncate(off); err != nil {
+		if err := w.fs.Truncate(path, off); err != nil {
 			return fmt.Errorf("metrics: %s: cutting a torn tail: %w", path, err)
 		}
 	}
@@ -100,12 +105,12 @@ func (w *Writer) Write(s Step) error {
 	if cut < len(w.rows) {
 		w.end = w.rows[cut].off
 		w.rows = w.rows[:cut]
-		if err := w.f.Truncate(w.end); err != nil {
+		if err := w.fs.Truncate(w.path, w.end); err != nil {
 			return fmt.Errorf("metrics: rewinding to step %d: %w", s.Step, err)
 		}
 	}
 	b = append(b, '\n')
-	if _, err := w.f.WriteAt(b, w.end); err != nil {
+	if _, err := w.f.Write(b); err != nil { // O_APPEND: at w.end
 		return fmt.Errorf("metrics: %w", err)
 	}
 	if err := w.f.Sync(); err != nil {

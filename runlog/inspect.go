@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Report summarises a run directory for `longhaul inspect`. The JSON names
@@ -73,7 +74,8 @@ const weightsFile = "weights/model.safetensors"
 // it, calling fn (if set) with every event before it is applied.
 func readOnlyFold(ctx context.Context, dir string, fn func(Offset, Event) error) (*State, *Recovery, Offset, error) {
 	logDir := filepath.Join(dir, logSubdir)
-	chunks, err := listChunks(logDir)
+	// Inspection reads a local run directory in place, read-only.
+	chunks, err := listChunks(store.OS, logDir)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("inspect %s: %w", dir, err)
 	}
@@ -83,7 +85,7 @@ func readOnlyFold(ctx context.Context, dir string, fn func(Offset, Event) error)
 	s := NewState()
 	var tail Recovery
 	var end Offset
-	err = scanLog(ctx, logDir, chunks, ^uint64(0), true, func(off Offset, ev Event) error {
+	err = scanLog(ctx, store.OS, logDir, chunks, ^uint64(0), true, func(off Offset, ev Event) error {
 		if fn != nil {
 			if err := fn(off, ev); err != nil {
 				return err
@@ -308,7 +310,7 @@ func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutRepo
 	if err != nil {
 		return nil, fmt.Errorf("inspect rollout: %w", err)
 	}
-	br := &blobReader{dir: filepath.Join(dir, logSubdir)}
+	br := &blobReader{fs: store.OS, dir: filepath.Join(dir, logSubdir)}
 	defer br.close()
 	for i, ev := range evs {
 		if evs[i], err = materialize(br, ev); err != nil {

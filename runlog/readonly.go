@@ -3,6 +3,8 @@ package runlog
 import (
 	"context"
 	"path/filepath"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // ReadRollouts folds the run directory's log read-only (like Inspect: no
@@ -23,7 +25,7 @@ func ReadRollouts(ctx context.Context, dir string, keep func(RolloutID) bool) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	br := &blobReader{dir: filepath.Join(dir, logSubdir)}
+	br := &blobReader{fs: store.OS, dir: filepath.Join(dir, logSubdir)}
 	defer br.close()
 	for id, list := range evs {
 		for i, ev := range list {

@@ -129,7 +129,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		log.Warn("run log tail was torn; cut back to the last whole record", "file", rec.File,
 			"bytes", rec.Bytes, "records", rec.Records, "detail", rec.Message)
 	}
-	cfg, changes, err := resumeConfig(rl, dir, cfg, opts)
+	cfg, changes, err := resumeConfig(fs, rl, dir, cfg, opts)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if reg, err = Environments(cfg, reg); err != nil {
 		return err
 	}
-	runID, err := RunID(dir)
+	runID, err := RunID(fs, dir)
 	if err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 	defer parts.close()
-	mw, err := metrics.Create(filepath.Join(dir, MetricsFile))
+	mw, err := metrics.CreateFS(fs, filepath.Join(dir, MetricsFile))
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if mw.Repaired > 0 {
 		log.Warn("metrics.jsonl tail was torn; cut back to the last whole row", "bytes", mw.Repaired)
 	}
-	tw, err := tb.Open(filepath.Join(dir, TBDir), nil)
+	tw, err := tb.OpenFS(fs, filepath.Join(dir, TBDir), nil)
 	if err != nil {
 		return err
 	}

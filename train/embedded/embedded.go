@@ -31,8 +31,9 @@ type Trainer struct {
 	fs      store.FS // nil: the OS
 }
 
-// SetFS routes the trainer's checkpoint files through fs (the run's
-// storage seam, so tests can make a checkpoint write fail).
+// SetFS routes the trainer's checkpoint and export files through fs (the
+// run's storage seam: tests make a checkpoint write fail, a mirrored run
+// directory fetches a checkpoint from its bucket).
 func (t *Trainer) SetFS(fs store.FS) { t.fs = fs }
 
 func (t *Trainer) storage() store.FS {
@@ -104,7 +105,7 @@ func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 
 // LoadCheckpoint implements train.Trainer.
 func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
-	m, err := model.Load(filepath.Join(dir, WeightsFile))
+	m, err := loadModel(t.storage(), filepath.Join(dir, WeightsFile))
 	if err != nil {
 		return err
 	}
@@ -112,7 +113,7 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	v, err := readState(dir, nt.LoadState)
+	v, err := readState(t.storage(), dir, nt.LoadState)
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,13 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 
 // ExportWeights implements train.Trainer.
 func (t *Trainer) ExportWeights(_ context.Context, path string) error {
-	return t.t.Model().SaveSafetensors(path)
+	fs := t.storage()
+	return t.t.Model().WriteFilesWith(path, func(p string, b []byte) error {
+		if err := store.WriteAtomic(fs, p, b); err != nil {
+			return fmt.Errorf("embedded trainer: export %s: %w", p, err)
+		}
+		return nil
+	})
 }
 
 func diagnostics(st model.Stats) train.Diagnostics {

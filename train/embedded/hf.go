@@ -95,6 +95,9 @@ func (t *HFTrainer) SaveCheckpoint(_ context.Context, dir string) error {
 
 // LoadCheckpoint implements train.Trainer.
 func (t *HFTrainer) LoadCheckpoint(_ context.Context, dir string) error {
+	// llama.LoadDir reads the directory itself: the controller verified
+	// every file of the checkpoint through the seam first (ckpt.LatestFS),
+	// which on a mirrored run directory also fetched them.
 	m, err := llama.LoadDir(dir)
 	if err != nil {
 		return err
@@ -103,7 +106,7 @@ func (t *HFTrainer) LoadCheckpoint(_ context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	v, err := readState(dir, nt.LoadState)
+	v, err := readState(t.storage(), dir, nt.LoadState)
 	if err != nil {
 		return err
 	}
@@ -117,5 +120,8 @@ func (t *HFTrainer) ExportWeights(_ context.Context, path string) error {
 	if filepath.Base(path) != WeightsFile {
 		return fmt.Errorf("embedded trainer: export %s: an HF export is a directory whose weights are %s", path, WeightsFile)
 	}
+	// SaveDir writes each file of the export by temporary file and rename
+	// itself (atomic, as servers reload it); a mirrored run directory
+	// picks the files up by their size and time like a remote trainer's.
 	return t.t.Model().SaveDir(filepath.Dir(path), llama.SaveOptions{})
 }

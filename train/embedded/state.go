@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/store"
 )
 
@@ -41,8 +42,8 @@ func saveState(fs store.FS, dir string, save func(io.Writer) error, version int6
 }
 
 // readState reads dir's StateFile into load and returns MetaFile's version.
-func readState(dir string, load func(io.Reader) error) (int64, error) {
-	f, err := os.Open(filepath.Join(dir, StateFile))
+func readState(fs store.FS, dir string, load func(io.Reader) error) (int64, error) {
+	f, err := fs.Open(filepath.Join(dir, StateFile))
 	if err != nil {
 		return 0, err
 	}
@@ -50,7 +51,7 @@ func readState(dir string, load func(io.Reader) error) (int64, error) {
 	if err := load(bufio.NewReader(f)); err != nil {
 		return 0, fmt.Errorf("embedded trainer: %s: %w", dir, err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	b, err := store.ReadFile(fs, filepath.Join(dir, MetaFile))
 	if err != nil {
 		return 0, err
 	}
@@ -59,4 +60,28 @@ func readState(dir string, load func(io.Reader) error) (int64, error) {
 		return 0, fmt.Errorf("embedded trainer: %s: %w", MetaFile, err)
 	}
 	return md.Version, nil
+}
+
+// loadModel reads a model written by WriteFilesWith (the weights at path,
+// config.json beside it) through fs.
+func loadModel(fs store.FS, path string) (*model.Model, error) {
+	data, err := store.ReadFile(fs, path)
+	if err != nil {
+		return nil, fmt.Errorf("embedded trainer: load: %w", err)
+	}
+	var cfg *model.Config
+	if b, err := store.ReadFile(fs, model.ConfigPath(path)); err == nil {
+		var c model.Config
+		if err := json.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("embedded trainer: load %s: %w", model.ConfigPath(path), err)
+		}
+		cfg = &c
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("embedded trainer: load: %w", err)
+	}
+	m, err := model.DecodeSafetensors(data, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("embedded trainer: load %s: %w", path, err)
+	}
+	return m, nil
 }
