@@ -168,3 +168,14 @@ func NthPrompt(f Fault, ordinals ...int) Plan {
 		return None
 	})
 }
+
+// When restricts plan to requests keep accepts (by method or path, say);
+// others pass, and plan's counters do not see them.
+func When(keep func(r *Request) bool, plan Plan) Plan {
+	return PlanFunc(func(r *Request) Fault {
+		if !keep(r) {
+			return None
+		}
+		return plan.Decide(r)
+	})
+}
