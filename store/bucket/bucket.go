@@ -41,7 +41,15 @@ var (
 	// ErrPrecondition: a conditional put's condition did not hold (HTTP
 	// 412, or 409 for a conflicting concurrent conditional write).
 	ErrPrecondition = errors.New("bucket: precondition failed")
+	// ErrNoBucket: the bucket does not exist.
+	ErrNoBucket = errors.New("bucket: no such bucket (create it first)")
+	// ErrDenied: the credentials were refused.
+	ErrDenied = errors.New("bucket: access denied (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)")
 )
+
+// Permanent reports errors that waiting does not cure: a missing bucket,
+// refused credentials.
+func Permanent(err error) bool { return errors.Is(err, ErrNoBucket) || errors.Is(err, ErrDenied) }
 
 // Cond is the condition of a Put.
 type Cond struct {

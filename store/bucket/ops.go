@@ -24,6 +24,19 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "NoSuchBucket":
+			return fmt.Errorf("%w: %w", ErrNoBucket, err)
+		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken":
+			return fmt.Errorf("%w: %w", ErrDenied, err)
+		case "NoSuchKey", "NotFound":
+			return fmt.Errorf("%w: %w", ErrNotFound, err)
+		case "PreconditionFailed", "ConditionalRequestConflict":
+			return fmt.Errorf("%w: %w", ErrPrecondition, err)
+		}
+	}
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) {
 		switch re.HTTPStatusCode() {
@@ -31,15 +44,8 @@ func classify(err error) error {
 			return fmt.Errorf("%w: %w", ErrNotFound, err)
 		case http.StatusPreconditionFailed, http.StatusConflict:
 			return fmt.Errorf("%w: %w", ErrPrecondition, err)
-		}
-	}
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "NoSuchKey", "NotFound":
-			return fmt.Errorf("%w: %w", ErrNotFound, err)
-		case "PreconditionFailed", "ConditionalRequestConflict":
-			return fmt.Errorf("%w: %w", ErrPrecondition, err)
+		case http.StatusForbidden:
+			return fmt.Errorf("%w: %w", ErrDenied, err)
 		}
 	}
 	return err

@@ -99,7 +99,7 @@ func Acquire(ctx context.Context, objs bucket.Objects, o Options) (*Lease, error
 			go l.renew()
 			return l, nil
 		}
-		if errors.Is(err, ErrHeld) || ctx.Err() != nil {
+		if errors.Is(err, ErrHeld) || bucket.Permanent(err) || ctx.Err() != nil {
 			return nil, errors.Join(err, ctx.Err())
 		}
 		if err != nil {

@@ -127,6 +127,9 @@ type Resume struct {
 	// Files and Bytes in the bucket's manifest.
 	Files int
 	Bytes int64
+	// AbortedUploads: unfinished multipart uploads an earlier writer left
+	// (killed mid-upload), aborted at Open; no manifest names them.
+	AbortedUploads int
 }
 
 type fileStat struct {
@@ -295,7 +298,7 @@ func (m *Mirror) retryManifest(ctx context.Context) (*Manifest, string, error) {
 	wait := time.Second
 	for {
 		man, etag, err := readManifest(ctx, m.objs, m.prefix+manifestKey)
-		if err == nil || ctx.Err() != nil || errors.Is(err, errBadManifest) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, errBadManifest) || bucket.Permanent(err) {
 			return man, etag, err
 		}
 		m.log.Warn("mirror: bucket unreachable; retrying", "err", err, "in", wait)
@@ -330,6 +333,7 @@ func (m *Mirror) cleanup(ctx context.Context) {
 	if n, err := m.objs.AbortUploads(ctx, m.prefix+filesDir); err != nil {
 		m.log.Warn("mirror: aborting unfinished uploads", "err", err)
 	} else if n > 0 {
+		m.resume.AbortedUploads = n
 		m.log.Info("mirror: aborted unfinished multipart uploads of an earlier writer", "uploads", n)
 	}
 	objs, err := m.objs.List(ctx, m.prefix+filesDir)

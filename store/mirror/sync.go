@@ -150,6 +150,7 @@ type job struct {
 	whole    bool   // replaces the entry's parts (else appends a part)
 	stat     fileStat
 	part     Part
+	gone     bool // the file was removed before it could be read
 }
 
 // round ships one consistent cut: see the package doc.
@@ -189,6 +190,9 @@ func (m *Mirror) round(ctx context.Context) error {
 	man := &Manifest{Format: format, Epoch: prev.Epoch, Seq: prev.Seq + 1, Writer: prev.Writer, Holder: prev.Holder,
 		Written: time.Now().UTC(), LogEnd: cut.LogEnd(), Files: next}
 	for _, j := range jobs {
+		if j.gone {
+			continue
+		}
 		e := &Entry{Size: j.to, Parts: []Part{j.part}}
 		if !j.whole {
 			old := next[j.rel]
@@ -214,8 +218,10 @@ func (m *Mirror) round(ctx context.Context) error {
 		}
 	}
 	for _, j := range jobs {
-		j.stat.Key = j.part.Key
-		m.st[j.rel] = j.stat
+		if !j.gone {
+			j.stat.Key = j.part.Key
+			m.st[j.rel] = j.stat
+		}
 	}
 	st := state{URL: m.o.URL, Writer: m.writer, Files: m.st}
 	m.mu.Unlock()
@@ -375,6 +381,10 @@ func (m *Mirror) uploadOne(ctx context.Context, j *job) error {
 		r = bytes.NewReader(j.data)
 	} else {
 		f, err := os.Open(j.path)
+		if errors.Is(err, os.ErrNotExist) {
+			j.gone = true // removed since the walk (an old snapshot): the next round sees it gone
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("mirror: %w", err)
 		}

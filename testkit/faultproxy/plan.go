@@ -14,6 +14,7 @@ type Request struct {
 	Seq    int64 // 0-based arrival order over all requests the proxy saw
 	Method string
 	Path   string
+	Query  string // the raw query (an S3 part upload's "partNumber=2&uploadId=...")
 	Body   []byte
 }
 

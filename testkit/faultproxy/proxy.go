@@ -201,7 +201,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the client went away
 	}
-	req := &Request{Seq: p.seq.Add(1) - 1, Method: r.Method, Path: r.URL.Path, Body: body}
+	req := &Request{Seq: p.seq.Add(1) - 1, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body}
 	f := (*p.plan.Load()).Decide(req)
 	switch f {
 	case Status500, Status503, Status429, Status408, Status400:
