@@ -30,7 +30,7 @@ func (c wholeCut) Limit(rel string, size int64) (int64, bool) {
 	return size, true
 }
 func (wholeCut) Replace(string) ([]byte, bool) { return nil, false }
-func (wholeCut) LogEnd() uint64                 { return 0 }
+func (wholeCut) LogEnd() uint64                { return 0 }
 
 func open(t *testing.T, b *s3test.Mem, dir string, mod ...func(*mirror.Options)) *mirror.Mirror {
 	t.Helper()
