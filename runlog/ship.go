@@ -33,8 +33,14 @@ func (l *Log) Cut() ShipCut {
 	end := uint64(l.end)
 	chunks := append([]uint64(nil), l.chunks...)
 	l.mu.RUnlock()
+	// The watermark is what recovery will find the log reaches: a last
+	// chunk holding only its header is removed there, so it does not count.
+	mark := end
+	if n := len(chunks); n > 0 && end-chunks[n-1] <= chunkHeaderSize {
+		mark = chunks[n-1]
+	}
 	b := append(watermarkMagic[:0:0], watermarkMagic[:]...)
-	b = binary.LittleEndian.AppendUint64(b, end)
+	b = binary.LittleEndian.AppendUint64(b, mark)
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	return ShipCut{End: end, Watermark: b, chunks: chunks}
 }

@@ -129,9 +129,11 @@ func (rd *runDir) openMirror(ctx context.Context, u string) error {
 			"log_offset", r.LogEnd, "files", r.Files, "bytes", r.Bytes, "stale_cache_discarded", r.Discarded}
 		if p := r.Previous; p != nil && !p.Released {
 			// What the lost controller did after its last shipment is
-			// redone: at most the gap between these two times.
+			// redone. It died before its next renewal was due (a third of
+			// its TTL after the last one), which bounds the work lost.
+			due := p.Renewed.Add(time.Duration(p.TTLS * float64(time.Second) / 3))
 			args = append(args, "previous_holder", p.Holder, "previous_last_renewal", p.Renewed.Format(time.RFC3339Nano),
-				"work_lost_at_most", p.Renewed.Sub(r.Shipped).Round(time.Millisecond))
+				"work_redone_at_most", max(0, due.Sub(r.Shipped)).Round(time.Millisecond))
 		}
 		rd.log.Warn("resuming from the bucket: work after its last shipment is redone", args...)
 	}
