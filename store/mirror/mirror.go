@@ -45,6 +45,12 @@ import (
 // (never shipped).
 const StateDir = ".longhaul-mirror"
 
+// WeightsDir is where a run exports the weights servers reload. It may be
+// a shared volume's mount point that exists before the cache does
+// (deploy/kubernetes), so a new cache accepts it and emptying a stale
+// cache empties it without removing it.
+const WeightsDir = "weights"
+
 // Cut is what a sync round may ship: runlog.ShipCut implements it.
 type Cut interface {
 	// Limit: how many bytes of the file rel (of size bytes) to ship; ok
@@ -230,7 +236,7 @@ func (m *Mirror) loadState() (state, error) {
 		return state{}, fmt.Errorf("mirror: %w", err)
 	}
 	for _, e := range ents {
-		if e.Name() != StateDir && e.Name() != "lock" {
+		if e.Name() != StateDir && e.Name() != "lock" && !(e.Name() == WeightsDir && e.IsDir()) {
 			return state{}, fmt.Errorf("mirror: %s holds files but is not a cache of %s (no %s): give an empty or new cache directory", m.root, m.o.URL, StateDir)
 		}
 	}
@@ -316,11 +322,20 @@ func (m *Mirror) emptyCache() error {
 		return fmt.Errorf("mirror: %w", err)
 	}
 	for _, e := range ents {
+		path := filepath.Join(m.root, e.Name())
 		if e.Name() == StateDir || e.Name() == "lock" {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(m.root, e.Name())); err != nil {
-			return fmt.Errorf("mirror: emptying the stale cache: %w", err)
+		if e.Name() == WeightsDir && e.IsDir() {
+			// Possibly a shared volume's mount point (deploy/kubernetes):
+			// its content goes, the directory stays.
+			path = filepath.Join(path, "*")
+		}
+		matches, _ := filepath.Glob(path)
+		for _, p := range matches {
+			if err := os.RemoveAll(p); err != nil {
+				return fmt.Errorf("mirror: emptying the stale cache: %w", err)
+			}
 		}
 	}
 	return nil
