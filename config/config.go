@@ -208,6 +208,7 @@ type Store struct {
 	CacheDir          string  `yaml:"cache_dir" digest:"-" doc:"for an s3:// run directory: the local directory that caches it (records are fsync'd here before they act); empty = ~/.cache/longhaul/runs/BUCKET/PREFIX"`
 	SyncIntervalS     float64 `yaml:"sync_interval_s" digest:"-" doc:"for an s3:// run directory: seconds between shipments to the bucket (also shipped at every snapshot and checkpoint); the work a machine loss can cost"`
 	LocalCacheMB      int     `yaml:"local_cache_mb" digest:"-" doc:"for an s3:// run directory: MiB of shipped, sealed log chunks the cache keeps before the oldest leave it (fetched back when read); 0 = keep all"`
+	LogChunkMB        float64 `yaml:"log_chunk_mb" digest:"-" doc:"for an s3:// run directory: MiB at which the run log starts a new chunk; a resume on an empty machine fetches about one chunk of log (smaller: less to fetch, a longer manifest)"`
 	LeaseS            float64 `yaml:"lease_s" digest:"-" doc:"for an s3:// run directory: seconds a controller may go without renewing its lease before another may take the run over (a restart on another machine waits this long after a machine loss)"`
 	FinalSyncTimeoutS float64 `yaml:"final_sync_timeout_s" digest:"-" doc:"for an s3:// run directory: seconds a stopping run waits for the bucket to take its last records (an outage at the end); past it the run exits with an error and the records stay in the cache"`
 }
@@ -244,6 +245,6 @@ func Default() *Config {
 		Generator: Generator{Kind: "embedded", URLs: []string{}, API: "openai", PrefixCacheMiB: 64},
 		Trainer:   Trainer{Kind: "embedded"},
 		Tokenizer: defaultTokenizer(),
-		Store:     Store{SyncIntervalS: 5, LocalCacheMB: 512, LeaseS: 20, FinalSyncTimeoutS: 300},
+		Store:     Store{SyncIntervalS: 5, LocalCacheMB: 512, LogChunkMB: 8, LeaseS: 20, FinalSyncTimeoutS: 300},
 	}
 }

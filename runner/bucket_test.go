@@ -169,7 +169,7 @@ func TestDamagedObjectStopsTheResume(t *testing.T) {
 	}
 }
 
-func pullManifest(t *testing.T, c *bucket.Client, prefix string) *mirror.Manifest {
+func pullManifest(t testing.TB, c *bucket.Client, prefix string) *mirror.Manifest {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -178,4 +178,44 @@ func pullManifest(t *testing.T, c *bucket.Client, prefix string) *mirror.Manifes
 		t.Fatal(err)
 	}
 	return man
+}
+
+// TestResumeFetchesOnlyTheTail: with small log chunks, a resume on an
+// empty machine fetches the snapshot, the log from the chunk the snapshot
+// falls in, and the newest checkpoint: the chunks the snapshot covers
+// stay in the bucket (not in the new cache), and the run still ends with
+// the uninterrupted run's weights.
+func TestResumeFetchesOnlyTheTail(t *testing.T) {
+	srv, c := s3test.Shared(t)
+	u := bucketRun(t, srv, c, "tail")
+	over := bucketConfig(t, "run.max_steps=12", "store.log_chunk_mb=0.03")
+	ref := t.TempDir()
+	if err := Train(context.Background(), tiny(t, over...), Options{RunDir: ref}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, progress := stopAt(10)
+	if err := Train(ctx, tiny(t, append(over, "store.cache_dir="+t.TempDir())...), Options{RunDir: u, Progress: progress}); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	man := pullManifest(t, c, "tail")
+	var chunks []string
+	for rel := range man.Files {
+		if strings.HasSuffix(rel, ".seg") {
+			chunks = append(chunks, rel)
+		}
+	}
+	if len(chunks) < 4 {
+		t.Fatalf("the log has %d chunks: make them smaller for this test", len(chunks))
+	}
+	empty := t.TempDir()
+	if err := Train(context.Background(), tiny(t, append(over, "store.cache_dir="+empty)...), Options{RunDir: u}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(weights(t, ref), weights(t, empty)) {
+		t.Fatal("the resumed run ends with other weights")
+	}
+	first := filepath.Join(empty, "runlog", "00000000000000000000.seg")
+	if _, err := os.Stat(first); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the resume fetched the log's first chunk (of %d), which its snapshot covers", len(chunks))
+	}
 }

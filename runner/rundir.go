@@ -16,20 +16,16 @@ import (
 	"github.com/longhaul-rl/longhaul/store/mirror"
 )
 
-// mirroredChunkSize is the run log's chunk size when the run directory is
-// in a bucket: a resume on an empty machine reads the whole chunk its
-// snapshot falls in, so smaller chunks keep that read small.
-const mirroredChunkSize = 8 << 20
-
 // runDir is an opened run directory: local, or a bucket's local cache.
 type runDir struct {
-	dir  string   // the local directory the run reads and writes
-	fs   store.FS // the seam over it
-	lock *DirLock
-	mir  *mirror.Mirror
-	cfg  config.Store
-	log  *slog.Logger
-	stop context.CancelCauseFunc
+	dir    string   // the local directory the run reads and writes
+	fs     store.FS // the seam over it
+	lock   *DirLock
+	mir    *mirror.Mirror
+	client *bucket.Client
+	cfg    config.Store
+	log    *slog.Logger
+	stop   context.CancelCauseFunc
 }
 
 // CacheDir is the local cache of a bucket run directory u under cfg:
@@ -109,6 +105,7 @@ func (rd *runDir) openMirror(ctx context.Context, u string) error {
 	if err != nil {
 		return err
 	}
+	rd.client = c
 	o := mirror.Options{URL: u, Prefix: prefix, Dir: rd.dir, Logger: rd.log,
 		SyncInterval: time.Duration(rd.cfg.SyncIntervalS * float64(time.Second)),
 		CacheBytes:   int64(rd.cfg.LocalCacheMB) << 20,
@@ -144,7 +141,9 @@ func (rd *runDir) openMirror(ctx context.Context, u string) error {
 func (rd *runDir) logOptions(lo runlog.Options) runlog.Options {
 	if rd.mir != nil {
 		lo.OnMilestone = rd.mir.Kick
-		lo.ChunkSize = mirroredChunkSize
+		// A resume on an empty machine reads the whole chunk its snapshot
+		// falls in: smaller chunks than a local run's keep that read small.
+		lo.ChunkSize = int64(rd.cfg.LogChunkMB * (1 << 20))
 	}
 	return lo
 }
@@ -174,6 +173,19 @@ func (rd *runDir) close(ctx context.Context, runErr error) error {
 		if rd.stop != nil {
 			rd.stop(nil)
 		}
+		rd.logTraffic()
 	}
 	return errors.Join(err, rd.lock.Unlock())
+}
+
+// TrafficMsg is the message of the log record that reports what a run
+// cost in bucket requests and bytes when it closes (benchmarks read it).
+const TrafficMsg = "bucket traffic"
+
+func (rd *runDir) logTraffic() {
+	s, m := rd.client.Stats().Snapshot(), rd.mir.Stats()
+	rd.log.Info(TrafficMsg, "put_post_list", s.Puts, "lists", s.Lists, "get_head", s.Gets, "deletes", s.Deletes,
+		"bytes_up", s.BytesUp, "bytes_down", s.BytesDown, "failed_attempts", s.Failed,
+		"rounds", m.Rounds.Load(), "manifests", m.Manifests.Load(), "uploads", m.Uploads.Load(),
+		"fetches", m.Fetches.Load(), "fetched_bytes", m.FetchedBytes.Load(), "evicted", m.Evicted.Load())
 }

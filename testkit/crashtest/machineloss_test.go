@@ -348,7 +348,7 @@ func TestBucketOutageWaitedOut(t *testing.T) {
 	srv := s3test.Start(t)
 	c := srv.MakeBucket(t, "outage")
 	cache := filepath.Join(t.TempDir(), "node")
-	n := startNode(t, bin, srv.Env(), "s3://outage/run", cache, "", "store.lease_s=5", "store.sync_interval_s=0.5", "run.max_steps=400")
+	n := startNode(t, bin, srv.Env(), "s3://outage/run", cache, "", "store.lease_s=5", "store.sync_interval_s=0.5", "run.max_steps=300")
 	waitUntil(t, "step 5", 120*time.Second, func() bool { return lines(cache) >= 5 })
 	srv.Stop()
 	down := time.Now()
