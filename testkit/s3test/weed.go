@@ -147,14 +147,34 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// start starts a server, trying again on new ports when weed exits before
+// it is ready: a port picked free may be taken by another process before
+// weed binds it (this machine runs many tests at once).
 func start(bin, dir string) (*Server, error) {
+	var errs []error
+	for try := 0; try < 3; try++ {
+		s, err := startOnce(bin, dir)
+		if err == nil {
+			return s, nil
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, errExited) {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+var errExited = errors.New("weed exited before it was ready")
+
+func startOnce(bin, dir string) (*Server, error) {
 	conf := filepath.Join(dir, "s3.json")
 	ident := fmt.Sprintf(`{"identities":[{"name":"longhaul","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`, AccessKey, SecretKey)
 	if err := os.WriteFile(conf, []byte(ident), 0o644); err != nil {
 		return nil, err
 	}
-	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(data, 0o755); err != nil {
+	data, err := os.MkdirTemp(dir, "data-") // a fresh one per try
+	if err != nil {
 		return nil, err
 	}
 	var perr error
@@ -208,7 +228,7 @@ func (s *Server) run() error {
 		}
 		select {
 		case <-s.exited:
-			return fmt.Errorf("weed exited before it was ready\n%s", proctest.Tail(s.out.String(), 3000))
+			return fmt.Errorf("%w\n%s", errExited, proctest.Tail(s.out.String(), 3000))
 		case <-ctx.Done():
 			s.Stop()
 			return fmt.Errorf("weed not ready: %w (last: %v)\n%s", ctx.Err(), err, proctest.Tail(s.out.String(), 3000))
