@@ -62,6 +62,7 @@ func startNode(t *testing.T, bin string, env []string, url, cache, crashAt strin
 	n.cmd = exec.Command(bin, argv...)
 	n.cmd.Env = append(append(os.Environ(), env...), EnvCrashAt+"="+crashAt)
 	n.cmd.Stdout, n.cmd.Stderr = &n.out, &n.out
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -205,7 +205,9 @@ func startOnce(bin, dir string) (*Server, error) {
 func (s *Server) run() error {
 	s.cmd = exec.Command(s.bin, s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (Stop kills weed's children too), and killed
+	// with the test binary should that die first (a go test timeout).
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start weed: %w", err)
 	}
