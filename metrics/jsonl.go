@@ -129,6 +129,8 @@ func (w *Writer) Close() error { return w.f.Close() }
 // the later line wins. A torn last line (a run killed mid-write, not yet
 // resumed) is skipped.
 func Read(path string) ([]Step, error) {
+	// Raw: a reader of a finished or running run's local file (plots,
+	// summaries); the writer goes through the seam (CreateFS).
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)

@@ -166,6 +166,7 @@ func Inspect(ctx context.Context, dir string) (*Report, error) {
 
 // fileSHA256 returns the hex SHA-256 of a file, or "" if it does not exist.
 func fileSHA256(path string) (string, error) {
+	// Raw, as all of inspect: it reads a local run directory in place.
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil

@@ -26,8 +26,8 @@ type traffic struct {
 }
 
 func (h *traffic) Enabled(context.Context, slog.Level) bool { return true }
-func (h *traffic) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *traffic) WithGroup(string) slog.Handler             { return h }
+func (h *traffic) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *traffic) WithGroup(string) slog.Handler            { return h }
 func (h *traffic) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != TrafficMsg {
 		return nil

@@ -65,6 +65,8 @@ func openRunDir(ctx context.Context, cfg *config.Config, opts Options, log *slog
 	if err != nil {
 		return ctx, nil, fmt.Errorf("runner: run directory: %w", err)
 	}
+	// Raw: the directory must exist before the lock that picks the seam
+	// can be taken in it.
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return ctx, nil, fmt.Errorf("runner: %w", err)
 	}

@@ -199,6 +199,7 @@ func Steps(dir string) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Raw: read-only, for checks and inspect of a local directory.
 	f, err := os.Open(filepath.Join(dir, FileName))
 	if err != nil {
 		return nil, fmt.Errorf("tb: %w", err)
