@@ -282,3 +282,49 @@ func TestStaleCacheIsDiscarded(t *testing.T) {
 		t.Fatalf("read %q (%v)", got, err)
 	}
 }
+
+// A file rewritten while a round reads it (metrics.jsonl rewound on a
+// resume) is not shipped as a mix of its old and new bytes: that round
+// keeps the old entry, the next ships the new content whole.
+func TestRewrittenDuringUploadIsNotMixed(t *testing.T) {
+	b := s3test.NewMem()
+	dir := t.TempDir()
+	a := open(t, b, dir)
+	a.Start(func() mirror.Cut { return wholeCut{} })
+	path := filepath.Join(dir, "m.jsonl")
+	write(t, a, path, []byte("aaaa\n"), os.O_CREATE|os.O_WRONLY|os.O_APPEND)
+	flush(t, a)
+	write(t, a, path, []byte("bbbb\n"), os.O_WRONLY|os.O_APPEND)
+	done := false
+	b.BeforeUpload = func(key string) {
+		if done || !strings.Contains(key, "m.jsonl") {
+			return
+		}
+		done = true
+		if err := a.Truncate(path, 0); err != nil {
+			t.Error(err)
+		}
+		write(t, a, path, []byte("cccc\ncccc\n"), os.O_WRONLY|os.O_APPEND)
+	}
+	flush(t, a)
+	if !done {
+		t.Fatal("the upload hook did not run")
+	}
+	check := func(want string) {
+		t.Helper()
+		d := t.TempDir()
+		got, err := mirror.Pull(context.Background(), b, "run", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = got
+		bs, _ := os.ReadFile(filepath.Join(d, "m.jsonl"))
+		if string(bs) != want {
+			t.Fatalf("the bucket holds %q, want %q", bs, want)
+		}
+	}
+	check("aaaa\n")
+	flush(t, a)
+	check("cccc\ncccc\n")
+	a.Close(context.Background())
+}

@@ -184,6 +184,7 @@ func (m *Mirror) round(ctx context.Context) error {
 		restore()
 		return err
 	}
+	m.changedMeanwhile(jobs)
 	if len(jobs) == 0 && len(next) == len(prev.Files) {
 		return nil // nothing changed: no manifest write
 	}
@@ -231,6 +232,27 @@ func (m *Mirror) round(ctx context.Context) error {
 	}
 	m.evict(local)
 	return nil
+}
+
+// changedMeanwhile drops the uploads whose bytes changed while they were
+// read (metrics.jsonl rewound by a resume, a file rewritten outside the
+// seam): the manifest keeps the file's previous entry, and the next round
+// ships it again.
+func (m *Mirror) changedMeanwhile(jobs []*job) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, j := range jobs {
+		if j.gone || j.data != nil {
+			continue
+		}
+		if t := m.track[j.rel]; t != nil {
+			j.gone = t.dirtyFrom < j.to
+			continue
+		}
+		if fi, err := os.Stat(j.path); err != nil || !statOf(fi, "").same(j.stat) {
+			j.gone = true
+		}
+	}
 }
 
 // walk lists the cache's regular files (relative path → stat), leaving

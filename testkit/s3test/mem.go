@@ -24,6 +24,9 @@ type Mem struct {
 	n    int
 	// Puts counts Put and Upload calls.
 	Puts int
+	// BeforeUpload, when set, is called by Upload before it reads its
+	// bytes (a test changes the file meanwhile).
+	BeforeUpload func(key string)
 }
 
 // NewMem returns an empty fake bucket.
@@ -64,6 +67,9 @@ func (m *Mem) store(key string, data []byte) string {
 
 // Upload implements bucket.Objects.
 func (m *Mem) Upload(_ context.Context, key string, r io.Reader, size int64) error {
+	if m.BeforeUpload != nil {
+		m.BeforeUpload(key)
+	}
 	b := make([]byte, size)
 	if _, err := io.ReadFull(r, b); err != nil {
 		return err
