@@ -68,6 +68,7 @@ type Lease struct {
 	o    Options
 	prev *Record
 
+	wmu  sync.Mutex // one write at a time
 	mu   sync.Mutex
 	rec  Record
 	etag string
@@ -223,34 +224,44 @@ func (l *Lease) renew() {
 	}
 }
 
-// write writes the next renewal (or the release) under If-Match.
+// write writes the next renewal (or the release) under If-Match. Writes
+// take turns on wmu, held across the request; mu only guards the fields,
+// so Err and Epoch (asked on every write of the run's files) never wait
+// on the bucket.
 func (l *Lease) write(ctx context.Context, release bool) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		return l.err
+	rec, etag, lerr := l.rec, l.etag, l.err
+	l.mu.Unlock()
+	if lerr != nil {
+		return lerr
 	}
-	rec := l.rec
 	rec.Renewals++
 	rec.Renewed = time.Now().UTC()
 	rec.Released = release
 	b, _ := json.Marshal(rec)
 	ctx, cancel := context.WithTimeout(ctx, l.o.TTL)
 	defer cancel()
-	etag, err := l.objs.Put(ctx, l.o.Key, b, bucket.Cond{IfMatch: l.etag})
+	etag, err := l.objs.Put(ctx, l.o.Key, b, bucket.Cond{IfMatch: etag})
 	if errors.Is(err, bucket.ErrPrecondition) {
 		if mine, etag2 := l.isMine(ctx, rec); mine {
 			etag, err = etag2, nil
 		} else {
-			l.err = fmt.Errorf("%w (this controller held epoch %d)", ErrLost, l.rec.Epoch)
+			l.mu.Lock()
+			l.err = fmt.Errorf("%w (this controller held epoch %d)", ErrLost, rec.Epoch)
+			lerr = l.err
+			l.mu.Unlock()
 			close(l.lost)
-			return l.err
+			return lerr
 		}
 	}
 	if err != nil {
 		return err
 	}
+	l.mu.Lock()
 	l.rec, l.etag = rec, etag
+	l.mu.Unlock()
 	return nil
 }
 

@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"math"
 	"os"
@@ -51,14 +50,14 @@ func (m *Mirror) remote(rel string) *Entry {
 	return m.man.Files[rel]
 }
 
+// checkWrite refuses writes once the run was taken over. It is on every
+// write of the run's files, so it reads a flag, not the bucket or a lock.
 func (m *Mirror) checkWrite(name string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.fenced != nil {
-		return &os.PathError{Op: "write", Path: name, Err: m.fenced}
+	if !m.lost.Load() {
+		return nil
 	}
-	if err := m.lease.Err(); err != nil {
-		return &os.PathError{Op: "write", Path: name, Err: fmt.Errorf("%w: %w", ErrFenced, err)}
+	if err := m.Err(); err != nil {
+		return &os.PathError{Op: "write", Path: name, Err: err}
 	}
 	return nil
 }

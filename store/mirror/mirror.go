@@ -33,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -114,6 +115,17 @@ type Mirror struct {
 	quit chan struct{}
 	done chan struct{}
 	once sync.Once
+
+	// lost is set, and lostCh closed, once the run was taken over (the
+	// lease lost, or the manifest fenced).
+	lost     atomic.Bool
+	lostCh   chan struct{}
+	lostOnce sync.Once
+}
+
+func (m *Mirror) markLost() {
+	m.lost.Store(true)
+	m.lostOnce.Do(func() { close(m.lostCh) })
 }
 
 // Resume tells what Open found: what the bucket held and who had it.
@@ -186,7 +198,7 @@ func Open(ctx context.Context, objs bucket.Objects, o Options) (*Mirror, error) 
 	}
 	m := &Mirror{objs: objs, o: o, root: root, log: o.Logger, tomb: map[string]bool{}, track: map[string]*tracked{},
 		st: map[string]fileStat{}, readers: map[string]map[*reader]struct{}{}, fetchMu: map[string]*sync.Mutex{},
-		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), lostCh: make(chan struct{})}
 	m.cond = sync.NewCond(&m.mu)
 	if o.Prefix != "" {
 		m.prefix = o.Prefix + "/"
@@ -207,6 +219,13 @@ func Open(ctx context.Context, objs bucket.Objects, o Options) (*Mirror, error) 
 		m.lease.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	go func() {
+		select {
+		case <-m.lease.Lost():
+			m.markLost()
+		case <-m.quit:
+		}
+	}()
 	m.cleanup(ctx)
 	return m, nil
 }
@@ -384,8 +403,9 @@ func (m *Mirror) Root() string { return m.root }
 // Epoch is this controller's lease epoch.
 func (m *Mirror) Epoch() uint64 { return m.lease.Epoch() }
 
-// Lost is closed when this controller lost the run (its lease taken over).
-func (m *Mirror) Lost() <-chan struct{} { return m.lease.Lost() }
+// Lost is closed when this controller lost the run: its lease taken
+// over, or its manifest write refused.
+func (m *Mirror) Lost() <-chan struct{} { return m.lostCh }
 
 // Err is the reason the mirror stopped writing (ErrFenced or
 // lease.ErrLost in its chain), or nil.

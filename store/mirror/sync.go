@@ -111,6 +111,7 @@ func (m *Mirror) loop() {
 			if m.fenced == nil {
 				m.fenced = err
 			}
+			m.markLost()
 		case err == nil:
 			m.synced = max(m.synced, gen)
 		}
