@@ -13,6 +13,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 )
@@ -70,11 +71,16 @@ func (m Message) HasReasoning() bool { return m.ReasoningContent != "" || m.Reas
 type message Message
 
 // MarshalJSON writes reasoning_content when HasReasoning, "" included.
+// HTML characters are left to the caller's encoder to escape or not.
 func (m Message) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(struct {
 		message
 		Reasoning *string `json:"reasoning_content,omitempty"`
 	}{message(m), m.reasoning()})
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
 }
 
 func (m Message) reasoning() *string {

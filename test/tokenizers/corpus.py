@@ -388,6 +388,45 @@ class ChatGen:
         return req
 
 
+def fixed_chats(model):
+    """The chats of the defects this corpus was written for, first in
+    each model's list."""
+    think = "<think>\nplan \ufdd0 it\n</think>\n\nthe answer"
+    args = {"city": "Z\ufdd0rich\ufdd1", "note": "\u2028line\u2029", "n": 3}
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": args}}
+    if model == "deepseek_v3":
+        call["function"]["arguments"] = json.dumps(args, ensure_ascii=False)
+    tool_turn = [{"role": "user", "content": "weather \ufdd0 in Z\ufdd1rich?"},
+                 {"role": "assistant", "content": None if model == "deepseek_v3" else "", "tool_calls": [call]},
+                 {"role": "tool", "content": "{\"temp\": 21, \"sky\": \"\ufdd0\"}", "tool_call_id": "call_1", "name": "get_weather"},
+                 {"role": "assistant", "content": "21 \ufdd1 degrees"}]
+    chats = [
+        # reasoning_content "" is present: the think block written in content stays
+        {"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": think, "reasoning_content": ""},
+                      {"role": "user", "content": "q2"}], "add_generation_prompt": True},
+        {"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": think, "reasoning_content": ""}],
+         "add_generation_prompt": False},
+        {"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": think}],
+         "add_generation_prompt": False},
+        {"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": think, "reasoning_content": None}],
+         "add_generation_prompt": False},
+        # noncharacters in text, tool-call arguments, tool results and tool definitions
+        {"messages": [{"role": "system", "content": "\ufdd0sys\ufdd1"}] + tool_turn, "add_generation_prompt": True,
+         "tools": [{"type": "function", "function": {"name": "get_weather", "description": "\ufdd0 \u2028 \ufdd1",
+                                                     "parameters": {"type": "object", "properties": {}}}}]},
+        # the information separators at a message's edges (str.strip() removes them)
+        {"messages": [{"role": "system", "content": "\x1c\x1dsys\x1e\x1f"}, {"role": "user", "content": "\x1f\x1e \x1d\x1chi\x1c \x1f"},
+                      {"role": "assistant", "content": "\x1d\x85ok\x85\x1e"}], "add_generation_prompt": True, "py_only": True},
+    ]
+    if model == "qwen3":
+        # floats through tojson: Python's repr, not JavaScript's numbers
+        fl = dict(call)
+        fl["function"] = {"name": "ledger_add", "arguments": {"amount": 2.0, "x": 1234567.5, "y": 1e-05, "z": 1e16, "w": -0.0}}
+        chats.append({"messages": [{"role": "user", "content": "add"}, {"role": "assistant", "content": "", "tool_calls": [fl]}],
+                      "add_generation_prompt": False, "py_only": True})
+    return chats
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=30)
@@ -404,8 +443,9 @@ def main():
             out.write(json.dumps({"id": f"{model}/text/{i}", "model": model, "kind": "text", "text": s},
                                  ensure_ascii=False) + "\n")
         g = ChatGen(Rand(a.seed * 1000 + 500 + mi), model, specials)
+        fixed = fixed_chats(model)
         for i in range(a.chats):
-            req = g.chat()
+            req = fixed[i] if i < len(fixed) else g.chat()
             out.write(json.dumps({"id": f"{model}/chat/{i}", "model": model, "kind": "chat", **req},
                                  ensure_ascii=False) + "\n")
 

@@ -297,7 +297,8 @@ func (o *jsonOpts) encode(b *strings.Builder, v jinja.Value, level int) error {
 
 // str writes s as json.dumps does: the two-character escapes, other C0
 // controls as \u00XX, everything else as is (U+2028/U+2029 and
-// noncharacters included) unless ensure_ascii. Invalid UTF-8 (which a
+// noncharacters included) unless ensure_ascii (then DEL and all that is
+// not ASCII as \uXXXX, in UTF-16). Invalid UTF-8 (which a
 // Python string cannot hold) becomes U+FFFD, as in encoding/json.
 func (o *jsonOpts) str(b *strings.Builder, s string) {
 	const hex = "0123456789abcdef"
@@ -321,7 +322,7 @@ func (o *jsonOpts) str(b *strings.Builder, s string) {
 			case '\f':
 				b.WriteString(`\f`)
 			default:
-				if c < 0x20 {
+				if c < 0x20 || c == 0x7f && o.ascii {
 					b.WriteString(`\u00`)
 					b.WriteByte(hex[c>>4])
 					b.WriteByte(hex[c&0xf])
