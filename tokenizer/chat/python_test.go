@@ -95,3 +95,30 @@ func TestPySpace(t *testing.T) {
 		t.Error("trim not rewritten")
 	}
 }
+
+// BenchmarkToJSON: longhaul's tojson against the engine's on tool-call
+// arguments (what the Go renderings write per tool call), in one run.
+func BenchmarkToJSON(b *testing.B) {
+	v, err := jsonValue([]byte(`{"city": "Zürich", "amount": 1234.5, "memo": "a note\nwith a line", "tags": ["x", "y", 3], "nested": {"k": true, "n": null}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	engine, err := jinja.Compile(`{{ a | tojson }}`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("path=engine", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := engine.RenderValues(map[string]jinja.Value{"a": v}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("path=python", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := toJSON(v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

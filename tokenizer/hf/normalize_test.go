@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
 )
 
 // TestNormalizeLongMarkRuns: runs of more than 30 combining marks are
@@ -75,4 +77,31 @@ func TestNormalizeSegmentMatchesNorm(t *testing.T) {
 		}
 	}
 	t.Logf("%d segments equal norm's", n)
+}
+
+// BenchmarkNormalize: the check for an inserted U+034F against norm alone,
+// on ~64 KB of generated text without long mark runs (what every Qwen3
+// encoding pays), in one run.
+func BenchmarkNormalize(b *testing.B) {
+	var sb strings.Builder
+	for _, s := range tokref.Strings(3, 4000, nil) {
+		sb.WriteString(s)
+		if sb.Len() > 64<<10 {
+			break
+		}
+	}
+	text := sb.String()
+	ours := unicodeNormalizer(norm.NFC)
+	b.Run("path=norm", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		for b.Loop() {
+			_ = norm.NFC.String(text)
+		}
+	})
+	b.Run("path=longhaul", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		for b.Loop() {
+			_ = ours(text)
+		}
+	})
 }
