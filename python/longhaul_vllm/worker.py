@@ -61,10 +61,10 @@ def _state(worker):
 
 
 def _model(worker):
+    """The served nn.Module: get_model() where the runner has it (vLLM's
+    unwraps a CUDA-graph wrapper there), else model_runner.model."""
     mr = worker.model_runner
-    m = getattr(mr, "model", None)
-    if m is None and hasattr(mr, "get_model"):
-        m = mr.get_model()
+    m = mr.get_model() if hasattr(mr, "get_model") else getattr(mr, "model", None)
     if m is None:
         raise RuntimeError("longhaul_reload_weights: the worker has no model loaded yet")
     return m
