@@ -215,7 +215,7 @@ else
 	[ -z "$TOKDIR" ] && extra=(--skip-tokenizer-init)
 	cmd=(env VLLM_SERVER_DEV_MODE=1 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "${vllm[@]}" serve "$WORK/qa"
 		--served-model-name longhaul-tiny --worker-extension-cls longhaul_vllm.worker.LonghaulWorkerExtension
-		--dtype bfloat16 --max-model-len 512 --gpu-memory-utilization 0.3 --enforce-eager
+		--dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.3 --enforce-eager
 		--host 127.0.0.1 --port "$VPORT" "${extra[@]}")
 	echo "${cmd[*]}"
 	start vllm "${cmd[@]}"
