@@ -78,6 +78,10 @@ func openRunDir(ctx context.Context, cfg *config.Config, opts Options, log *slog
 		return ctx, nil, err
 	}
 	if bucket.IsURL(opts.RunDir) {
+		if filepath.IsAbs(cfg.Checkpointing.Dir) {
+			rd.lock.Unlock()
+			return ctx, nil, fmt.Errorf("runner: checkpointing.dir %q: must be relative to the run directory when the run is in a bucket (checkpoints outside it would not be shipped)", cfg.Checkpointing.Dir)
+		}
 		if err := rd.openMirror(ctx, opts.RunDir); err != nil {
 			rd.lock.Unlock()
 			return ctx, nil, err
