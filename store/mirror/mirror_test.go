@@ -239,7 +239,9 @@ func TestSecondControllerIsRefused(t *testing.T) {
 	b := s3test.NewMem()
 	a := open(t, b, t.TempDir())
 	defer a.Close(context.Background())
-	_, err := mirror.Open(context.Background(), b, mirror.Options{URL: "s3://fake/run", Prefix: "run", Dir: t.TempDir(), LeaseTTL: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := mirror.Open(ctx, b, mirror.Options{URL: "s3://fake/run", Prefix: "run", Dir: t.TempDir(), LeaseTTL: time.Second})
 	if !errors.Is(err, lease.ErrHeld) {
 		t.Fatalf("second controller: %v, want ErrHeld", err)
 	}
