@@ -50,10 +50,8 @@ func TestShipCutOpensElsewhere(t *testing.T) {
 	opts := Options{ChunkSize: 4 << 10}
 	r := rand.New(rand.NewPCG(3, 4))
 	l := openLog(t, dir, opts)
-	check := func(step string) {
+	shipped := func(step string, c ShipCut, want [32]byte) {
 		t.Helper()
-		c := l.Cut()
-		want := viewDigest(l)
 		dst := t.TempDir()
 		shipCopy(t, c, dir, dst)
 		cp, err := Open(context.Background(), dst, Options{})
@@ -65,12 +63,26 @@ func TestShipCutOpensElsewhere(t *testing.T) {
 			t.Fatalf("%s: the shipped copy's state differs from the log's at the cut", step)
 		}
 	}
+	check := func(step string) {
+		t.Helper()
+		shipped(step, l.Cut(), viewDigest(l))
+	}
 	check("a new log")
 	for round := range 6 {
 		var evs []Event
 		l.View(func(s *State) { evs = genRun(s.Clone(), randChooser{r}, 10+r.IntN(30), t.Fatalf) })
+		var early ShipCut
+		var earlyWant [32]byte
 		for i, ev := range evs {
 			mustAppend(t, l, ev)
+			if i == len(evs)/4 {
+				early, earlyWant = l.Cut(), viewDigest(l)
+			}
+			if i == len(evs)/4+3 {
+				// A mirror reads the files after its cut: the log
+				// has grown since.
+				shipped("records appended after the cut", early, earlyWant)
+			}
 			if i == len(evs)/2 {
 				check("mid-round")
 			}
