@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -134,6 +135,11 @@ func storm(t *testing.T, bin string, srv *s3test.Server, c *bucket.Client, prefi
 	if n.err != nil {
 		t.Fatalf("final start: %v\n%s", n.err, n.out.String())
 	}
+	redone, err := workRedone(n.out.String())
+	if err != nil {
+		t.Fatalf("final start after a machine loss: %v\n%s", err, n.out.String())
+	}
+	t.Logf("the final start reported work_redone_at_most=%s", redone)
 	pulled := filepath.Join(t.TempDir(), "pulled")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -141,6 +147,24 @@ func storm(t *testing.T, bin string, srv *s3test.Server, c *bucket.Client, prefi
 		t.Fatal(err)
 	}
 	return pulled
+}
+
+// redoneRE matches the report a resume after a machine loss prints
+// (runner/rundir.go): the lost holder's work after its last shipment.
+var redoneRE = regexp.MustCompile(`msg="resuming from the bucket: work after its last shipment is redone".* previous_holder=\S+ .*work_redone_at_most=(\S+)`)
+
+// workRedone finds the resume's report of the work a lost machine did
+// after its last shipment, and its bound.
+func workRedone(out string) (time.Duration, error) {
+	m := redoneRE.FindStringSubmatch(out)
+	if m == nil {
+		return 0, errors.New("no report of the work redone after the lost machine's last shipment")
+	}
+	d, err := time.ParseDuration(m[1])
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("work_redone_at_most=%s: not a duration of zero or more", m[1])
+	}
+	return d, nil
 }
 
 var stormArgs = []string{"store.lease_s=1", "store.sync_interval_s=0.2", "run.max_steps=30"}
