@@ -83,6 +83,8 @@ func BenchmarkBucketOverhead(b *testing.B) {
 	const steps = 30
 	var local, remote time.Duration
 	var sum map[string]int64
+	// A new prefix for every run: the benchmark function runs again for a
+	// larger b.N, and a prefix used before would resume a finished run.
 	for i := 0; i < b.N; i++ {
 		cfg := benchConfig(b, filepath.Join("..", "examples", "ledger.yaml"), fmt.Sprintf("run.max_steps=%d", steps))
 		t0 := time.Now()
@@ -93,7 +95,7 @@ func BenchmarkBucketOverhead(b *testing.B) {
 		h := &traffic{}
 		cfg = benchConfig(b, filepath.Join("..", "examples", "ledger.yaml"), fmt.Sprintf("run.max_steps=%d", steps), "store.cache_dir="+b.TempDir())
 		t0 = time.Now()
-		if err := Train(context.Background(), cfg, Options{RunDir: fmt.Sprintf("s3://%s/overhead-%d", c.Bucket(), i), Logger: slog.New(h)}); err != nil {
+		if err := Train(context.Background(), cfg, Options{RunDir: fmt.Sprintf("s3://%s/overhead-%d", c.Bucket(), time.Now().UnixNano()), Logger: slog.New(h)}); err != nil {
 			b.Fatal(err)
 		}
 		remote += time.Since(t0)
@@ -125,13 +127,15 @@ func BenchmarkBucketOverhead(b *testing.B) {
 func BenchmarkResumeOnEmptyMachine(b *testing.B) {
 	srv, c := s3test.Shared(b)
 	setBucketEnv(b, srv)
+	runs := 0 // the benchmark function runs again for a larger b.N: new prefixes
 	for _, steps := range []int{3, 30, 300} {
 		b.Run(fmt.Sprintf("steps=%d", steps), func(b *testing.B) {
 			var took time.Duration
-			var fetched, logBytes int64
+			var fetched, logBytes, snapBytes int64
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				prefix := fmt.Sprintf("resume-%d-%d", steps, i)
+				runs++
+				prefix := fmt.Sprintf("resume-%d-%d", steps, runs)
 				u := fmt.Sprintf("s3://%s/%s", c.Bucket(), prefix)
 				over := []string{"rollout_checkpointing.snapshot_attempt_interval_s=0.2", "checkpointing.save_period=3",
 					"store.sync_interval_s=0.5", "store.log_chunk_mb=0.25"}
@@ -140,10 +144,13 @@ func BenchmarkResumeOnEmptyMachine(b *testing.B) {
 					b.Fatal(err)
 				}
 				man := pullManifest(b, c, prefix)
-				logBytes = 0
+				logBytes, snapBytes = 0, 0
 				for rel, e := range man.Files {
-					if filepath.Dir(rel) == "runlog" {
+					switch filepath.Dir(rel) {
+					case "runlog":
 						logBytes += e.Size
+					case filepath.Join("runlog", "snap"):
+						snapBytes += e.Size
 					}
 				}
 				h := &traffic{}
@@ -159,6 +166,7 @@ func BenchmarkResumeOnEmptyMachine(b *testing.B) {
 			b.ReportMetric(took.Seconds()/float64(b.N), "resume_s")
 			b.ReportMetric(float64(fetched)/float64(b.N)/1024, "fetched_KiB")
 			b.ReportMetric(float64(logBytes)/1024, "log_KiB")
+			b.ReportMetric(float64(snapBytes)/1024, "snapshots_KiB")
 		})
 	}
 }
