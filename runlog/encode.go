@@ -3,6 +3,7 @@ package runlog
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Event encoding (one record payload):
@@ -19,9 +20,20 @@ import (
 // byte: inline (4 bytes LE per token / logprob), used by EncodeEvent, or as
 // references into the blob store, used by the log.
 
-// encodingVersion is the only event encoding this package writes and reads.
-// 2 added PromptAdmitted.Replaces, AttemptStarted.Restart and GroupDropped.
-const encodingVersion = 2
+// encodingVersion is the event encoding this package writes; it reads
+// oldestVersion and every version after it. 2 added
+// PromptAdmitted.Replaces, AttemptStarted.Restart and GroupDropped; 3 added
+// RolloutFailed.Cause.
+const (
+	encodingVersion = 3
+	oldestVersion   = 2
+)
+
+// legacyDiverged is the text rollout.ErrDiverged had when failures carried
+// no cause (version 2): a version 2 RolloutFailed whose reason holds it is
+// read with CauseDiverged, so a run logged before version 3 resumes as it
+// would have (its next attempt restarts the episode).
+const legacyDiverged = "rollout: resume diverged from the log"
 
 // Token modes of a CallFinished payload.
 const (
@@ -179,6 +191,7 @@ func encodeEvent(dst []byte, ev Event, put putBlob) ([]byte, error) {
 		e.uv(uint64(v.Attempt))
 		e.str(v.Class)
 		e.str(v.Reason)
+		e.u8(uint8(v.Cause))
 	case GroupCommitted:
 		e.uv(uint64(v.Group))
 	case StepTrained:
@@ -224,7 +237,7 @@ func decodeEvent(b []byte) (Event, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	if ver != encodingVersion {
+	if ver < oldestVersion || ver > encodingVersion {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownVersion, ver)
 	}
 	var ev Event
@@ -325,6 +338,11 @@ func decodeEvent(b []byte) (Event, error) {
 		v.Attempt = d.u32()
 		v.Class = d.str()
 		v.Reason = d.str()
+		if ver >= 3 {
+			v.Cause = FailureCause(d.u8())
+		} else if strings.Contains(v.Reason, legacyDiverged) {
+			v.Cause = CauseDiverged
+		}
 		ev = v
 	case KindGroupCommitted:
 		ev = GroupCommitted{Group: GroupID(d.uv())}

@@ -1,5 +1,7 @@
 package runlog
 
+import "strconv"
+
 // This file is the event schema: the contract between the run log and every
 // package that records facts (controller, rollout, train). Field meanings are
 // documented here; the binary encoding lives in encode.go.
@@ -176,14 +178,43 @@ type RolloutSealed struct {
 	Success bool
 }
 
-// Failure classes: the vocabulary is failure's; these names
-
-// RolloutFailed ends an attempt with a typed failure.
+// RolloutFailed ends an attempt with a typed failure: its class
+// (failure.Infra or failure.Data), the cause where the controller acts on
+// more than the class, and the error's text for people.
 type RolloutFailed struct {
 	Rollout RolloutID
 	Attempt uint32
 	Class   string
 	Reason  string
+	Cause   FailureCause // added in encoding version 3
+}
+
+// FailureCause is the typed fact a RolloutFailed carries beyond its class,
+// so that no decision reads the reason's text.
+type FailureCause uint8
+
+// Failure causes. Values are part of the on-disk format.
+const (
+	// CauseOther: nothing beyond the class.
+	CauseOther FailureCause = iota
+	// CauseDiverged: the environment could neither restore its snapshot nor
+	// replay the logged actions identically (rollout.ErrDiverged); the next
+	// attempt starts the episode over.
+	CauseDiverged
+	// CauseCallTimeout: a model call ran past rollout_failure.call_timeout_s.
+	CauseCallTimeout
+	// CauseRolloutTimeout: the attempt ran past rollout_failure.rollout_timeout_s.
+	CauseRolloutTimeout
+)
+
+var causeNames = [...]string{CauseOther: "other", CauseDiverged: "diverged", CauseCallTimeout: "call_timeout",
+	CauseRolloutTimeout: "rollout_timeout"}
+
+func (c FailureCause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return "cause(" + strconv.Itoa(int(c)) + ")"
 }
 
 // GroupCommitted says every member of the group is sealed (or failed for
