@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -108,21 +107,14 @@ type Controller struct {
 	now   func() time.Time
 	start time.Time
 
-	version    atomic.Int64 // the version the generator serves
-	inFlight   atomic.Int64
-	generating generating // groups whose members still run (settle.go)
-	unsettled  unsettled  // ended groups' staged appends, not yet durable (settle.go)
-
-	// events caches, per rollout, exactly the events this process made
-	// durable for it (seeded from the log when its attempt starts), so a
-	// step reads its training data back without a read per event. The
-	// values are the ones that were encoded, so they equal what
-	// RolloutEvents would decode; a rollout not in the cache (resumed from
-	// an earlier process) is read from the log.
-	evMu   sync.Mutex
-	events map[runlog.RolloutID][]runlog.Event
-
 	planner planner // Ready/Advance; used only by the effect loop
+	// inFlight is the number of attempts running, for the progress display
+	// and the Prometheus gauge; the loop sets it, nothing decides from it.
+	inFlight  atomic.Int64
+	unsettled unsettled  // sealed attempts' staged appends, not yet durable (settle.go)
+	cache     eventCache // the rollouts' events, a view of the log for the train effect (cache.go)
+	figures   figures    // the next metrics row's counters
+
 	// stepMetrics is the last trained step's row, for the checkpoint's
 	// metric (checkpointing.metric); owned by the effect loop.
 	stepMetrics metrics.Step
@@ -133,7 +125,13 @@ type Controller struct {
 	// started): a step's step_s runs from it. Written by train effects,
 	// which run one at a time.
 	lastRow time.Time
+}
 
+// figures are what the effects count for the next step's metrics row
+// (metrics.jsonl: gen_s, gen_cpu_s, late_results, regenerated,
+// gen_tokens_per_s); the train effect takes them. Only figures: no
+// decision reads them.
+type figures struct {
 	genTime     atomic.Int64 // nanoseconds spent generating since the last step
 	genCPU      atomic.Int64 // the process's CPU nanoseconds over that time
 	lateResults atomic.Int64 // events of fenced attempts, refused by the log
@@ -171,12 +169,12 @@ func New(o Options) (*Controller, error) {
 	}
 	cfg := o.Config
 	c := &Controller{o: o, cfg: &cfg, log: o.Logger, order: order, now: o.Now,
-		events: map[runlog.RolloutID][]runlog.Event{}}
+		cache: eventCache{m: map[runlog.RolloutID][]runlog.Event{}}}
 	return c, nil
 }
 
-// InFlight is the number of rollouts running in this process now (the
-// progress display and the Prometheus gauge read it live).
+// InFlight is the number of rollout attempts running in this process now
+// (the progress display and the Prometheus gauge read it live).
 func (c *Controller) InFlight() int64 { return c.inFlight.Load() }
 
 func (c *Controller) view() (st struct {
@@ -199,15 +197,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.restoreRecovering(ctx); err != nil {
+	served, err := c.restoreRecovering(ctx)
+	if err != nil {
 		return err
 	}
-	return c.runRecovering(ctx)
-}
-
-// setVersion records the version the generator now serves and, in
-// deterministic mode, fences the generator to it (fence.go).
-func (c *Controller) setVersion(v int64) {
-	c.version.Store(v)
-	c.fence(v)
+	return c.loop(ctx, served)
 }
