@@ -95,7 +95,7 @@ func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, 
 	sp := RolloutSpec(c.cfg, c.o.Envs, task, id, attempt,
 		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.figures.genTokens, ct}, rec)
 	sp.Logger = c.log
-	sp.StageSeal = true // the group settles (settle.go)
+	sp.StageSeal = true // the loop or the attempt settles it (settle.go)
 	if c.o.Chat != nil {
 		sp.Chat, sp.ToolParser = c.o.Chat, c.o.ToolParser
 		sp.History = bridge.History(c.cfg.History)
