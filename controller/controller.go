@@ -204,9 +204,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	served, err := c.restoreRecovering(ctx)
-	if err != nil {
-		return err
-	}
-	return c.loop(ctx, served)
+	// The trainer holds nothing of this run yet: the planner's first Ready
+	// restores it (Recover), as it does when the trainer loses its state.
+	return c.loop(ctx, Input{TrainerLost: errNotRestored})
 }

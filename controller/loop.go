@@ -79,10 +79,10 @@ func (e *effects) run(fn func() ended) {
 	})
 }
 
-// loop runs the effect loop until the run ends or fails; served is the
-// version the generator serves. On return every effect it started has
-// ended.
-func (c *Controller) loop(ctx context.Context, served int64) error {
+// loop runs the effect loop until the run ends or fails, from what in
+// says (Run: a trainer to restore first). On return every effect it
+// started has ended.
+func (c *Controller) loop(ctx context.Context, in Input) error {
 	ctx, cancel := context.WithCancel(ctx)
 	eff := &effects{ctx: ctx, pool: newWorkers(), done: make(chan ended, 64)}
 	defer func() {
@@ -102,7 +102,7 @@ func (c *Controller) loop(ctx context.Context, served int64) error {
 	wake := time.NewTimer(time.Hour) // held attempts (Ready.Wake)
 	wake.Stop()
 	defer wake.Stop()
-	in := Input{Served: served, Attempts: map[runlog.RolloutID]uint32{}, Timeouts: map[runlog.RolloutID]Timeout{}}
+	in.Attempts, in.Timeouts = map[runlog.RolloutID]uint32{}, map[runlog.RolloutID]Timeout{}
 	var gc genClock
 	c.planner.start(c.now())
 	for {
@@ -180,7 +180,11 @@ func (c *Controller) after(ctx context.Context, rd *Ready, in *Input) (again boo
 		case err == nil:
 			in.TrainerLost, in.Served = nil, v
 		case ctx.Err() == nil && errors.Is(err, train.ErrStateLost):
-			in.TrainerLost = err // lost again while restored: the planner counts it
+			// Lost again while restored (restarted during the checkpoint
+			// load or the first export): the planner counts it.
+			in.TrainerLost = err
+		case errors.Is(in.TrainerLost, errNotRestored):
+			return false, err // the run's start: restore says what failed
 		default:
 			return false, fmt.Errorf("controller: recovering the trainer: %w", err)
 		}

@@ -18,26 +18,20 @@ import (
 	"github.com/longhaul-rl/longhaul/train"
 )
 
-// recoverTrainer is the effect of Ready.Recover: the trainer lost its
-// state (lost) and nothing is in flight any more, so it is restored as
-// after a crash. It returns the version restored (published).
-func (c *Controller) recoverTrainer(ctx context.Context, lost error) (int64, error) {
-	c.log.Warn("the trainer lost its state (restarted?): loading the newest checkpoint into it and rewinding, as after a crash",
-		"step", c.view().step, "err", lost)
-	return c.restore(ctx)
-}
+// errNotRestored is what the loop starts with as Input.TrainerLost: the
+// trainer holds no state of this run until the newest durable checkpoint
+// (or the warm start) is loaded into it.
+var errNotRestored = errors.New("controller: the trainer is not restored yet")
 
-// restoreRecovering is restore at the start of a run, started again when
-// the trainer loses its state while it runs (restarted during the
-// checkpoint load or the first export), a bounded number of times.
-func (c *Controller) restoreRecovering(ctx context.Context) (int64, error) {
-	for n := 1; ; n++ {
-		v, err := c.restore(ctx)
-		if err == nil || ctx.Err() != nil || !errors.Is(err, train.ErrStateLost) || n > maxFruitlessRecoveries {
-			return v, err
-		}
-		c.log.Warn("the trainer lost its state while being restored: restoring again", "err", err)
+// recoverTrainer is the effect of Ready.Recover: the trainer lost its
+// state (lost) or holds none yet, and nothing is in flight, so it is
+// restored as after a crash. It returns the version restored (published).
+func (c *Controller) recoverTrainer(ctx context.Context, lost error) (int64, error) {
+	if !errors.Is(lost, errNotRestored) {
+		c.log.Warn("the trainer lost its state (restarted?): loading the newest checkpoint into it and rewinding, as after a crash",
+			"step", c.view().step, "err", lost)
 	}
+	return c.restore(ctx)
 }
 
 // syncTrainer asks the trainer where it stands after a checkpoint was
