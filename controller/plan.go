@@ -86,10 +86,11 @@ type Ready struct {
 	// rollout_failure.stall_timeout_s the watchdog warns (or, with
 	// stall_action: abort, Abort is ErrStalled).
 	Stall time.Duration
-	// Recover: the trainer lost its state (Input.TrainerLost) and nothing
-	// is in flight any more: load the newest durable checkpoint into it,
-	// rewind the log's trained steps to it and publish, as a resumed
-	// process does after a crash, then plan again. The planner's memory
+	// Recover: the trainer holds no state of this run (Input.TrainerLost:
+	// the run's start, or it lost it) and nothing is in flight any more:
+	// load the newest durable checkpoint into it, rewind the log's trained
+	// steps to it and publish, as a resumed process does after a crash,
+	// then plan again. The planner's memory
 	// starts over with it (the interrupted rounds are abandoned: their
 	// effects are in the log, which the next round plans from).
 	Recover bool
@@ -152,7 +153,8 @@ type Input struct {
 	// Snapshotting: a snapshot is being written.
 	Snapshotting bool
 	// TrainerLost is the error of an effect that found the trainer had
-	// lost its state (train.ErrStateLost), until a recovery succeeds.
+	// lost its state (train.ErrStateLost), until a recovery succeeds; at
+	// the run's start, that the trainer is not restored yet.
 	TrainerLost error
 }
 
