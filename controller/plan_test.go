@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/data"
@@ -511,5 +513,35 @@ func (sc *scenario) stabilize(b *strings.Builder, a map[string]string) {
 		if !progressed {
 			break
 		}
+	}
+}
+
+// TestPlanIsPure: plan gives the same Ready for the same inputs and
+// memory, and leaves that memory as it was (the planner copies what it
+// changes): here a held attempt that is due, planned twice from the same
+// memory, starts both times.
+func TestPlanIsPure(t *testing.T) {
+	sc := newScenario(t)
+	for _, line := range []string{"config rollout_failure.backoff_base_s=1 rollout_failure.backoff_cap_s=1",
+		"ready now=0", "fail-call r=g0/0 class=infra", "ready now=1"} {
+		sc.do(line)
+	}
+	if len(sc.pl.mem.held) != 1 {
+		t.Fatalf("held %v, want g0/0's next attempt", sc.pl.mem.held)
+	}
+	in := Input{Now: t0.Add(5 * time.Second), Attempts: sc.flight}
+	first, err := plan(sc.st, sc.cc, sc.order, in, sc.pl.mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := plan(sc.st, sc.cc, sc.order, in, sc.pl.mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Attempts) != 1 || !first.Attempts[0].New {
+		t.Fatalf("first plan: attempts %+v, want g0/0's next", first.Attempts)
+	}
+	if !reflect.DeepEqual(first, second) {
+		t.Fatalf("the same inputs gave two Readies:\n%+v\n%+v", first, second)
 	}
 }
