@@ -385,7 +385,7 @@ func (c *Controller) finish(ctx context.Context, rd Ready) error {
 		return nil
 	}
 	// A trainer that lost its state fails this with train.ErrStateLost,
-	// which runRecovering answers as it does mid-run.
+	// which the planner answers as it does mid-run (Ready.Recover).
 	if err := c.o.Trainer.ExportWeights(ctx, c.o.FinalWeights); err != nil {
 		return fmt.Errorf("controller: final weights: %w", err)
 	}
