@@ -258,14 +258,14 @@ func admissions(st *runlog.State, s int64, cfg *Config, order *data.Order) ([]ru
 // (admissions), and for each open group of s not running now: in
 // throughput mode its stale members to regenerate (then the group runs),
 // else its outcome once its members are done, else a launch.
-func genRound(st *runlog.State, s int64, cfg *Config, order *data.Order, running map[runlog.GroupID]bool) (app []runlog.Event, launch []runlog.GroupID, err error) {
+func genRound(st *runlog.State, s int64, cfg *Config, order *data.Order, running []runlog.GroupID) (app []runlog.Event, launch []runlog.GroupID, err error) {
 	adm, err := admissions(st, s, cfg, order)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, id := range st.Unsettled() {
 		g := st.Groups[id]
-		if g.ForStep != s || g.Status != runlog.GroupStatusOpen || running[id] {
+		if g.ForStep != s || g.Status != runlog.GroupStatusOpen || slices.Contains(running, id) {
 			continue
 		}
 		if cfg.Run.Throughput() {
@@ -292,8 +292,8 @@ func genRound(st *runlog.State, s int64, cfg *Config, order *data.Order, running
 
 // genDone reports whether step s is generated: no round is left to plan
 // for it and none of its groups is running.
-func genDone(st *runlog.State, s int64, cfg *Config, order *data.Order, running map[runlog.GroupID]bool) bool {
-	for id := range running {
+func genDone(st *runlog.State, s int64, cfg *Config, order *data.Order, running []runlog.GroupID) bool {
+	for _, id := range running {
 		if g := st.Groups[id]; g != nil && g.ForStep == s {
 			return false
 		}
@@ -306,12 +306,12 @@ func genDone(st *runlog.State, s int64, cfg *Config, order *data.Order, running 
 // ran out: the run ends before it. A step past the data that holds only
 // retried groups which were then dropped for good has nothing to train
 // either.
-func dataEnded(st *runlog.State, k int64, cfg *Config, running map[runlog.GroupID]bool) bool {
+func dataEnded(st *runlog.State, k int64, cfg *Config, running []runlog.GroupID) bool {
 	if cfg.Run.MaxEpochs <= 0 {
 		return false
 	}
 	for _, id := range st.Unsettled() {
-		if g := st.Groups[id]; g.ForStep == k && (g.AdmittedFor == k || g.Status != runlog.GroupStatusDropped || running[id]) {
+		if g := st.Groups[id]; g.ForStep == k && (g.AdmittedFor == k || g.Status != runlog.GroupStatusDropped || slices.Contains(running, id)) {
 			return false
 		}
 	}

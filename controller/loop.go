@@ -104,17 +104,20 @@ func (c *Controller) loop(ctx context.Context, in Input) error {
 	defer wake.Stop()
 	in.Attempts, in.Timeouts = map[runlog.RolloutID]uint32{}, map[runlog.RolloutID]Timeout{}
 	var gc genClock
+	var rd Ready
+	var err error
+	// One closure for every plan (a new one each time would cost an
+	// allocation per plan, and the loop plans once per attempt).
+	take := func(st *runlog.State) { rd, err = c.planner.Take(st, c.cfg, c.order, in) }
 	c.planner.start(c.now())
 	for {
 		in.Now = c.now()
-		var rd Ready
-		var err error
 		view := c.o.Log.View
 		staged := c.unsettled.any()
 		if staged {
 			view = c.o.Log.ViewStaged // the round's records (settle.go)
 		}
-		view(func(st *runlog.State) { rd, err = c.planner.Take(st, c.cfg, c.order, in) })
+		view(take)
 		if err != nil {
 			return err
 		}

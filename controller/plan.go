@@ -256,13 +256,7 @@ func plan(st *runlog.State, cfg *Config, order *data.Order, in Input, mem memory
 		}
 	}
 	p.retries()
-	var running map[runlog.GroupID]bool
-	if len(rd.mem.launched) > 0 {
-		running = make(map[runlog.GroupID]bool, len(rd.mem.launched))
-		for _, id := range rd.mem.launched {
-			running[id] = true
-		}
-	}
+	running := rd.mem.launched // the groups whose members are not all done
 	k, last := st.Step+1, int64(cfg.Run.MaxSteps)
 	deterministic := !cfg.Run.Throughput()
 	ended := k <= last && dataEnded(st, k, cfg, running) && genDone(st, k, cfg, order, running)
