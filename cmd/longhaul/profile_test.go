@@ -15,7 +15,9 @@ import (
 func TestTrainProfiles(t *testing.T) {
 	dir := t.TempDir()
 	cpu, tr := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "run.trace")
-	var out strings.Builder
+	// The run's log and the plain progress lines (their own goroutine)
+	// write to it concurrently.
+	var out lines
 	root := newRootCmd()
 	root.SetOut(&out)
 	root.SetErr(&out)
