@@ -215,6 +215,12 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := c.Run(ctx); err != nil {
 		return err
 	}
+	// The log's pass over its older chunks (runlog/scrub.go) reports and
+	// logs damage as it goes; a run that ends before it does waits for it,
+	// so what it finds is in the log before the directory is left alone.
+	if _, err := rl.Scrubbed(ctx); err != nil {
+		log.Warn("run log scrub pass did not finish; the next resume repeats it", "err", err)
+	}
 	return PlotRun(dir)
 }
 
