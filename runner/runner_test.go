@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/longhaul-rl/longhaul/metrics"
 	"os"
 	"path/filepath"
@@ -84,5 +85,35 @@ func TestResumeOverDamagedMetrics(t *testing.T) {
 	}
 	if aside, err := os.ReadFile(path + ".damaged"); err != nil || string(aside) != damaged {
 		t.Fatalf("the damaged file was not kept aside: %v", err)
+	}
+}
+
+// TestTrainTakesTheRunLock: Train holds the run directory's lock for the
+// whole run (another Lock fails while it runs), and on a directory another
+// holder locked it stops at once, naming the holder, before it writes
+// anything. Fast and direct, where only a long crash test saw this.
+func TestTrainTakesTheRunLock(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	held := false
+	err := Train(ctx, tiny(t), Options{RunDir: dir, OnConfig: func(*config.Config) {
+		_, err := Lock(nil, dir)
+		held = errors.Is(err, ErrLocked)
+	}})
+	if err != nil || !held {
+		t.Fatalf("Train: %v; lock held while it ran: %v", err, held)
+	}
+	l, err := Lock(nil, dir)
+	if err != nil {
+		t.Fatalf("lock after Train returned: %v", err)
+	}
+	defer l.Unlock()
+	before, _ := os.ReadDir(filepath.Join(dir, "runlog"))
+	err = Train(ctx, tiny(t, "run.max_steps=2"), Options{RunDir: dir, AllowChange: []string{"run.max_steps"}})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("Train on a locked run directory: %v; want ErrLocked naming this process", err)
+	}
+	if after, _ := os.ReadDir(filepath.Join(dir, "runlog")); len(after) != len(before) {
+		t.Fatalf("Train on a locked run directory changed its log: %d entries, %d before", len(after), len(before))
 	}
 }
