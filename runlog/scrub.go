@@ -13,6 +13,7 @@ package runlog
 // the run goes on, since its state comes from the snapshot.
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,57 +99,60 @@ type damage struct {
 }
 
 // scrubChunk checks the chunk at base against its seal, or verifies and
-// seals it when it has none.
+// seals it when it has none. Files are streamed: a pack is several times
+// its chunk's size, so only a damaged one is read whole.
 func (l *Log) scrubChunk(ctx context.Context, p *pacer, base uint64) ([]damage, error) {
 	chunkPath, packPath := filepath.Join(l.logDir, chunkName(base)), filepath.Join(l.logDir, packName(base))
-	chunk, err := p.read(ctx, chunkPath)
-	if err != nil {
-		return nil, err
-	}
-	pack, err := p.read(ctx, packPath)
-	if errors.Is(err, os.ErrNotExist) {
-		pack, err = nil, nil // a lost pack shows as a digest or blob mismatch
-	}
-	if err != nil {
-		return nil, err
-	}
 	s, sealed, err := readSeal(l.logDir, base)
 	if err != nil {
 		l.logger.Warn("runlog: seal unreadable; verifying the chunk record by record", "err", err)
 	}
 	if !sealed {
-		if d := verifyChunk(base, chunkPath, chunk, pack); d != nil {
-			return []damage{*d}, nil
-		}
-		if err := writeSeal(l.opts.FS, l.logDir, sealOf(base, chunk, pack)); err != nil {
-			l.logger.Warn("runlog: chunk verified but not sealed", "err", err)
-		}
-		return nil, nil
+		return l.sealChunk(ctx, p, base)
 	}
-	got := sealOf(base, chunk, pack)
+	cn, csum, err := p.hash(ctx, chunkPath)
+	if err != nil {
+		return nil, err
+	}
+	pn, psum, err := p.hash(ctx, packPath)
+	if err != nil {
+		return nil, err
+	}
 	var out []damage
-	if got.chunkSize != s.chunkSize || got.chunkSum != s.chunkSum {
+	var chunk []byte
+	if cn != s.chunkSize || csum != s.chunkSum || pn != s.packSize || psum != s.packSum {
+		if chunk, err = os.ReadFile(chunkPath); err != nil {
+			return nil, fmt.Errorf("scrub: %w", err)
+		}
+	}
+	if cn != s.chunkSize || csum != s.chunkSum {
 		out = append(out, locateInChunk(base, chunkPath, chunk, s.chunkSize))
 	}
-	if got.packSize != s.packSize || got.packSum != s.packSum {
-		out = append(out, locateInPack(base, packPath, chunk, pack, s.packSize))
+	if pn != s.packSize || psum != s.packSum {
+		out = append(out, locateInPack(base, packPath, chunk, s.packSize))
 	}
 	return out, nil
 }
 
-// verifyChunk checks every record of an unsealed chunk and every blob its
-// call records reference.
-func verifyChunk(base uint64, path string, chunk, pack []byte) *damage {
-	res, err := scanChunk(chunk, base, 0, func(off Offset, p []byte) error {
-		ev, err := decodeEvent(p)
+// sealChunk verifies every record of a chunk its writer did not seal and
+// every blob its call records reference, then seals it.
+func (l *Log) sealChunk(ctx context.Context, p *pacer, base uint64) ([]damage, error) {
+	chunkPath, packPath := filepath.Join(l.logDir, chunkName(base)), filepath.Join(l.logDir, packName(base))
+	chunk, err := p.read(ctx, chunkPath)
+	if err != nil {
+		return nil, err
+	}
+	res, err := scanChunk(chunk, base, 0, func(off Offset, b []byte) error {
+		ev, err := decodeEvent(b)
 		if err != nil {
-			return &CorruptionError{Path: path, Offset: off, Err: err}
+			return &CorruptionError{Path: chunkPath, Offset: off, Err: err}
 		}
 		if cr, ok := ev.(*callRecord); ok && cr.mode == tokensBlobs {
 			for _, ref := range []blobRef{cr.suffix, cr.sampled} {
-				if err := checkBlob(pack, base, ref); err != nil {
-					return &damage{path: packPathOf(path), off: ref.Off, err: err, rollouts: []RolloutID{cr.Rollout}}
+				if _, err := l.blobs.get(ref); err != nil {
+					return &damage{path: packPath, off: ref.Off, err: err, rollouts: []RolloutID{cr.Rollout}}
 				}
+				p.n += int64(ref.Len)
 			}
 		}
 		return nil
@@ -156,42 +161,29 @@ func verifyChunk(base uint64, path string, chunk, pack []byte) *damage {
 	var ce *CorruptionError
 	switch {
 	case errors.As(err, &d):
-		return d
+		return []damage{*d}, nil
 	case errors.As(err, &ce):
-		return &damage{path: path, off: uint64(ce.Offset), err: ce.Err}
+		return []damage{{path: chunkPath, off: uint64(ce.Offset), err: ce.Err}}, nil
+	case err != nil:
+		return nil, err
 	case res.err != nil:
-		return &damage{path: path, off: base + uint64(res.damage), err: res.err}
+		return []damage{{path: chunkPath, off: base + uint64(res.damage), err: res.err}}, nil
 	}
-	return nil
+	pn, psum, err := p.hash(ctx, packPath)
+	if err != nil {
+		return nil, err
+	}
+	s := seal{base: base, chunkSize: uint64(len(chunk)), chunkSum: sha256.Sum256(chunk), packSize: pn, packSum: psum}
+	if err := writeSeal(l.opts.FS, l.logDir, s); err != nil {
+		l.logger.Warn("runlog: chunk verified but not sealed", "err", err)
+	}
+	return nil, nil
 }
 
 func (d *damage) Error() string { return d.err.Error() }
 
-func packPathOf(chunkPath string) string {
-	return strings.TrimSuffix(chunkPath, ".seg") + ".pack"
-}
-
-// checkBlob checks one referenced blob in the pack's bytes.
-func checkBlob(pack []byte, base uint64, ref blobRef) error {
-	if ref.Len == 0 {
-		return nil
-	}
-	if ref.Pack != base {
-		return corruptf("blob reference names pack %d from chunk %d", ref.Pack, base)
-	}
-	end := ref.Off + blobHeaderSize + uint64(ref.Len)
-	if end > uint64(len(pack)) || end < ref.Off {
-		return corruptf("blob at byte %d runs past the pack's %d bytes", ref.Off, len(pack))
-	}
-	if l, err := checkBlobFrame(pack[ref.Off:end]); err != nil || l != ref.Len || [16]byte(pack[ref.Off+8:ref.Off+24]) != ref.Sum {
-		return corruptf("blob %x at byte %d fails its checksum", ref.Sum, ref.Off)
-	}
-	return nil
-}
-
 // checkBlobFrame checks the blob frame at the start of b: its length fits,
-// its CRC and its SHA-256 prefix match. It returns the data length (also
-// with a checksum error, when the length itself fits: 0 when it does not).
+// its CRC and its SHA-256 prefix match. It returns the data length.
 func checkBlobFrame(b []byte) (uint32, error) {
 	if len(b) < blobHeaderSize {
 		return 0, corruptf("short blob header (%d bytes)", len(b))
@@ -203,7 +195,7 @@ func checkBlobFrame(b []byte) (uint32, error) {
 	data := b[blobHeaderSize : blobHeaderSize+int(n)]
 	full := sha256.Sum256(data)
 	if crc32.Update(crc32.Checksum(b[8:24], castagnoli), castagnoli, data) != binary.LittleEndian.Uint32(b[4:]) || [16]byte(full[:16]) != [16]byte(b[8:24]) {
-		return n, corruptf("blob checksum")
+		return 0, corruptf("blob checksum")
 	}
 	return n, nil
 }
@@ -230,25 +222,52 @@ func locateInChunk(base uint64, path string, chunk []byte, sealedSize uint64) da
 }
 
 // locateInPack finds the first damaged blob frame of a pack that no longer
-// matches its seal, and the rollouts whose call records reference it.
-func locateInPack(base uint64, path string, chunk, pack []byte, sealedSize uint64) damage {
+// matches its seal, reading it frame by frame, and the rollouts whose call
+// records (in chunk) reference it.
+func locateInPack(base uint64, path string, chunk []byte, sealedSize uint64) damage {
 	d := damage{path: path}
-	pos, span := uint64(0), uint64(len(pack))
-	for pos < uint64(len(pack)) {
-		n, err := checkBlobFrame(pack[pos:])
-		if err != nil {
-			d.off, d.err = pos, fmt.Errorf("at byte %d: %w", pos, err)
-			if n > 0 { // the length reads: only this blob is lost
-				span = pos + blobHeaderSize + uint64(n)
-			}
+	pos, span := uint64(0), uint64(math.MaxUint64)
+	f, err := os.Open(path)
+	if err != nil {
+		d.err = corruptf("pack unreadable: %v", err)
+		return d
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		d.err = corruptf("pack unreadable: %v", err)
+		return d
+	}
+	size := uint64(fi.Size())
+	r := bufio.NewReaderSize(f, 1<<20)
+	var frame []byte
+	for pos < size {
+		hdr, _ := r.Peek(blobHeaderSize)
+		if len(hdr) < blobHeaderSize {
+			d.off, d.err = pos, corruptf("at byte %d: short blob header (%d bytes)", pos, len(hdr))
 			break
 		}
-		pos += blobHeaderSize + uint64(n)
+		n := uint64(binary.LittleEndian.Uint32(hdr))
+		if n > maxPayload || pos+blobHeaderSize+n > size {
+			d.off, d.err = pos, corruptf("at byte %d: blob length %d beyond the pack's end", pos, n)
+			break
+		}
+		frame = slices.Grow(frame[:0], int(blobHeaderSize+n))[:blobHeaderSize+n]
+		if _, err := io.ReadFull(r, frame); err != nil {
+			d.off, d.err = pos, corruptf("at byte %d: %v", pos, err)
+			break
+		}
+		if _, err := checkBlobFrame(frame); err != nil {
+			// The length reads: only this blob is lost.
+			d.off, d.err, span = pos, fmt.Errorf("at byte %d: %w", pos, err), pos+uint64(len(frame))
+			break
+		}
+		pos += uint64(len(frame))
 	}
 	switch {
 	case d.err != nil:
-	case uint64(len(pack)) != sealedSize:
-		d.off, d.err = min(uint64(len(pack)), sealedSize), corruptf("the file is %d bytes, sealed at %d", len(pack), sealedSize)
+	case size != sealedSize:
+		d.off, d.err = min(size, sealedSize), corruptf("the file is %d bytes, sealed at %d", size, sealedSize)
 	default:
 		d.err = corruptf("the file's digest differs from its seal though every blob checks: it was rewritten")
 		return d
@@ -401,6 +420,40 @@ func (p *pacer) read(ctx context.Context, path string) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// hash streams the file at path through SHA-256 as read does; a missing
+// file hashes as empty (the seal then shows what was lost).
+func (p *pacer) hash(ctx context.Context, path string) (uint64, [32]byte, error) {
+	var sum [32]byte
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, sha256.Sum256(nil), nil
+	}
+	if err != nil {
+		return 0, sum, fmt.Errorf("scrub: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	var n uint64
+	for {
+		k, err := f.Read(buf)
+		h.Write(buf[:k])
+		n += uint64(k)
+		p.n += int64(k)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, sum, fmt.Errorf("scrub %s: %w", path, err)
+		}
+		if err := p.wait(ctx); err != nil {
+			return 0, sum, err
+		}
+	}
+	h.Sum(sum[:0])
+	return n, sum, nil
 }
 
 func (p *pacer) wait(ctx context.Context) error {

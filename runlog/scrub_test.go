@@ -2,6 +2,7 @@ package runlog
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -37,6 +38,12 @@ func sealedLog(t *testing.T, dir string) ([]Offset, []Event) {
 		t.Fatal(err)
 	}
 	return offs, evs
+}
+
+// sealOf digests a chunk's bytes and its pack's, as a seal records them.
+func sealOf(base uint64, chunk, pack []byte) seal {
+	return seal{base: base, chunkSize: uint64(len(chunk)), packSize: uint64(len(pack)),
+		chunkSum: sha256.Sum256(chunk), packSum: sha256.Sum256(pack)}
 }
 
 // flip flips one byte of a file.
@@ -169,14 +176,26 @@ func TestScrubSaysWhatIsNeeded(t *testing.T) {
 	flip(t, filepath.Join(logDir, chunkName(chunks[k])), int(uint64(offs[open])-chunks[k])+frameHeaderSize+1)
 	os.Remove(filepath.Join(logDir, sealName(chunks[k]))) // as an older run left it
 	flip(t, filepath.Join(logDir, packName(chunks[0])), blobHeaderSize+1)
+	j := 1 // an unsealed chunk whose pack is damaged: found through its records' blob references
+	if j == k {
+		j = 2
+	}
+	os.Remove(filepath.Join(logDir, sealName(chunks[j])))
+	flip(t, filepath.Join(logDir, packName(chunks[j])), blobHeaderSize+2)
 
 	l := openLog(t, dir, Options{})
 	found, err := l.Scrubbed(ctx)
 	l.Close()
-	if err != nil || len(found) != 2 {
-		t.Fatalf("scrub: %v, %v; want two findings", found, err)
+	if err != nil || len(found) != 3 {
+		t.Fatalf("scrub: %v, %v; want three findings", found, err)
 	}
-	rec, pack := found[0], found[1] // newest chunk first
+	if j > k {
+		found[0], found[1] = found[1], found[0]
+	}
+	rec, unsealedPack, pack := found[0], found[1], found[2] // newest chunk first
+	if unsealedPack.File != filepath.Join(logSubdir, packName(chunks[j])) || unsealedPack.Offset != 0 {
+		t.Errorf("unsealed pack finding %+v, want byte 0 of pack %d", unsealedPack, chunks[j])
+	}
 	if rec.File != filepath.Join(logSubdir, chunkName(chunks[k])) || rec.Offset != uint64(offs[open]) || !strings.Contains(rec.Reason, "needed by rollout") {
 		t.Errorf("record finding %+v, want offset %d, needed", rec, offs[open])
 	}

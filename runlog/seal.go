@@ -16,7 +16,6 @@ package runlog
 // Open (scrub.go), once every record and blob in it checks.
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -125,22 +124,4 @@ func (h *sealer) seal() seal {
 	h.chunk.Sum(s.chunkSum[:0])
 	h.pack.Sum(s.packSum[:0])
 	return s
-}
-
-// sealOf digests a chunk's bytes and its pack's, as read.
-func sealOf(base uint64, chunk, pack []byte) seal {
-	return seal{base: base, chunkSize: uint64(len(chunk)), packSize: uint64(len(pack)),
-		chunkSum: sha256.Sum256(chunk), packSum: sha256.Sum256(pack)}
-}
-
-// differs says which file of a chunk no longer matches its seal: "" when
-// both match.
-func (s seal) differs(got seal) string {
-	switch {
-	case s.chunkSize != got.chunkSize || !bytes.Equal(s.chunkSum[:], got.chunkSum[:]):
-		return "chunk"
-	case s.packSize != got.packSize || !bytes.Equal(s.packSum[:], got.packSum[:]):
-		return "pack"
-	}
-	return ""
 }
