@@ -112,9 +112,10 @@ func TestBatcherGapGathersBurst(t *testing.T) {
 
 	// A trickle that never leaves a quiet gap (20 s) is cut by the window
 	// (150 ms): requests keep coming until the first call is made, which
-	// only the window can cause; one more comes after it.
+	// only the window can cause (max is out of reach); one more comes
+	// after it.
 	inner2 := &countingGen{}
-	b = newBatcher(ctx, inner2, 64, 150*time.Millisecond, 20*time.Second)
+	b = newBatcher(ctx, inner2, 1<<20, 150*time.Millisecond, 20*time.Second)
 	ask := func(i int) {
 		wg.Add(1)
 		go func() {
