@@ -31,7 +31,7 @@ func TestGoAgreement(t *testing.T) {
 		t.Fatal(err)
 	}
 	hf := goToHF(t, m, root)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute) // a bound for a hung run only: under load it took 4 of the 2 minutes it had
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute) // a bound for a hung run only (under load this test took nearly 4 minutes)
 	defer cancel()
 	oc := model.OptimConfig{LR: 0.01, MinLR: 0.001, WarmupSteps: 2, TotalSteps: 100, Schedule: "cosine",
 		WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-3, GradClip: 0.5}

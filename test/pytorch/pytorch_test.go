@@ -27,7 +27,7 @@ import (
 const vocab = 96
 
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute) // a bound for a hung run only: under load it took 4 of the 2 minutes it had
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute) // a bound for a hung run only (under load this test took nearly 4 minutes)
 	t.Cleanup(cancel)
 	return ctx
 }
