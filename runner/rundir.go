@@ -150,6 +150,10 @@ func (rd *runDir) logOptions(lo runlog.Options) runlog.Options {
 		// A resume on an empty machine reads the whole chunk its snapshot
 		// falls in: smaller chunks than a local run's keep that read small.
 		lo.ChunkSize = int64(rd.cfg.LogChunkMB * (1 << 20))
+		// No scrub pass: it would read, and so fetch, every chunk of the
+		// history the cache left in the bucket. A bucket run's chunks are
+		// checked against their SHA-256 whenever they are fetched.
+		lo.ScrubRate = -1
 	}
 	return lo
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/store"
+	"github.com/longhaul-rl/longhaul/train"
 )
 
 // The optimizer state and version files of a checkpoint, the same for
@@ -84,4 +85,10 @@ func loadModel(fs store.FS, path string) (*model.Model, error) {
 		return nil, fmt.Errorf("embedded trainer: load %s: %w", path, err)
 	}
 	return m, nil
+}
+
+// notACheckpoint marks a load that failed on what dir holds (a missing or
+// unreadable file, another model's weights): the caller's input.
+func notACheckpoint(dir string, err error) error {
+	return fmt.Errorf("%w: embedded trainer: %s does not hold a checkpoint it loads: %w", train.ErrInvalidInput, dir, err)
 }
