@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -433,7 +434,7 @@ func (m *Mirror) Close(ctx context.Context) error {
 		<-m.done
 	}
 	m.mu.Lock()
-	st := state{URL: m.o.URL, Writer: m.writer, Files: m.st}
+	st := state{URL: m.o.URL, Writer: m.writer, Files: maps.Clone(m.st)}
 	m.mu.Unlock()
 	err = errors.Join(err, m.saveState(st))
 	if m.Err() == nil && err == nil {

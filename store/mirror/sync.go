@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -225,7 +226,7 @@ func (m *Mirror) round(ctx context.Context) error {
 			m.st[j.rel] = j.stat
 		}
 	}
-	st := state{URL: m.o.URL, Writer: m.writer, Files: m.st}
+	st := state{URL: m.o.URL, Writer: m.writer, Files: maps.Clone(m.st)} // a copy: the run changes m.st under mu while it is saved
 	m.mu.Unlock()
 	m.dropUnnamed(ctx, prev, man)
 	if err := m.saveState(st); err != nil {
