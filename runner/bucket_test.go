@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,8 +103,12 @@ func TestBucketRunResumesOnAnEmptyMachine(t *testing.T) {
 // uninterrupted run does.
 func TestBucketFaultsAreRetried(t *testing.T) {
 	srv, c := s3test.Shared(t)
-	p := faultproxy.NewWithOptions(srv.Endpoint, faultproxy.Random(7, 0.25, faultproxy.SlowDown, faultproxy.Reset, faultproxy.Truncated),
-		faultproxy.Options{PreserveHost: true})
+	// Only an answer with a body can be cut short, and nearly every request
+	// of a run is a PUT: every fourth GET is truncated, so that some are.
+	isGet := func(r *faultproxy.Request) bool { return r.Method == http.MethodGet }
+	plan := faultproxy.FirstOf(faultproxy.When(isGet, faultproxy.Every(4, faultproxy.Truncated)),
+		faultproxy.Random(7, 0.25, faultproxy.SlowDown, faultproxy.Reset))
+	p := faultproxy.NewWithOptions(srv.Endpoint, plan, faultproxy.Options{PreserveHost: true})
 	defer p.Close()
 	u := bucketRun(t, srv, c, "faults", p.URL())
 	cfg := tiny(t, bucketConfig(t)...)
