@@ -30,6 +30,7 @@ type summariesOptions struct {
 	firstSeed  uint64
 	jobs       int
 	window     int
+	plot       bool
 	overrides  []string
 	// bin and env run the children: this binary (tests: the test binary
 	// playing it) and extra environment.
@@ -80,6 +81,7 @@ same as longhaul plot --compare OUT/curves/*).`,
 	f.Uint64Var(&o.firstSeed, "first-seed", 1, "run.seed of the first seed")
 	f.IntVar(&o.jobs, "jobs", 1, "runs at once (results do not depend on it: runs are deterministic)")
 	f.IntVar(&o.window, "window", 10, "steps averaged for the start and final success")
+	f.BoolVar(&o.plot, "plot", true, "draw OUT/compare.png")
 	return cmd
 }
 
@@ -151,6 +153,7 @@ func studyConfig(o summariesOptions) (string, error) {
 // costs by run directory (read back from the cost file of runs finished
 // earlier).
 func runAll(ctx context.Context, o summariesOptions, runs []studyRun, logw io.Writer) (map[string]runCost, error) {
+	logw = &lockedWriter{w: logw} // the workers' progress lines
 	var (
 		mu    sync.Mutex
 		costs = map[string]runCost{}
@@ -186,6 +189,18 @@ func runAll(ctx context.Context, o summariesOptions, runs []studyRun, logw io.Wr
 		return nil, fmt.Errorf("study interrupted (run it again to resume): %w", err)
 	}
 	return costs, errors.Join(errs...)
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // runCost is a run's cost, kept beside it as <dir>.cost.json.
@@ -270,7 +285,9 @@ func report(o summariesOptions, conds []condition, runs []studyRun, costs map[st
 		plotRuns = append(plotRuns, metrics.Run{Name: c.Name, Steps: mean})
 	}
 	png := filepath.Join(o.out, "compare.png")
-	if err := metrics.Compare(plotRuns, png); err != nil {
+	if !o.plot {
+		png = "(no plot)"
+	} else if err := metrics.Compare(plotRuns, png); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(out, "%s\nwritten: %s, %s, %s\n", md.Bytes(), filepath.Join(o.out, "summary.md"),

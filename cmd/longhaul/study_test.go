@@ -4,18 +4,54 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/internal/race"
 	"github.com/longhaul-rl/longhaul/metrics"
 	"github.com/longhaul-rl/longhaul/runner"
 )
 
-// cliChildEnv makes the test binary run the longhaul CLI (TestMain).
-const cliChildEnv = "LONGHAUL_CLI_CHILD"
+// cliChildEnv makes the test binary run the longhaul CLI (TestMain);
+// fakeTrainEnv makes it a fake `longhaul train` (fakeTrain).
+const (
+	cliChildEnv  = "LONGHAUL_CLI_CHILD"
+	fakeTrainEnv = "LONGHAUL_FAKE_TRAIN"
+)
+
+// fakeTrain is a stand-in for `longhaul train --run-dir DIR ...
+// run.seed=K`: it trains nothing and writes two metrics rows whose success
+// is 0.1·K, so that the bench's process handling, skipping and report run
+// in milliseconds (and under -race, where real children take minutes).
+func fakeTrain(args []string) {
+	var dir string
+	var seed float64
+	for i, a := range args {
+		if a == "--run-dir" && i+1 < len(args) {
+			dir = args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, "run.seed="); ok {
+			fmt.Sscan(v, &seed)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		panic(err)
+	}
+	w, err := metrics.Create(filepath.Join(dir, runner.MetricsFile))
+	if err != nil {
+		panic(err)
+	}
+	for step := int64(1); step <= 2; step++ {
+		if err := w.Write(metrics.Step{Step: step, SuccessRate: seed / 10}); err != nil {
+			panic(err)
+		}
+	}
+	w.Close()
+}
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
@@ -107,11 +143,11 @@ func TestPickConditionsAndMeanCurve(t *testing.T) {
 // is built from their metrics files. A second invocation finds every run
 // done and runs nothing.
 func TestBenchSummaries(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs training processes")
+	if testing.Short() || race.Enabled {
+		t.Skip("runs training processes (minutes under -race; TestBenchProcesses covers the bench's concurrency there)")
 	}
 	dir := t.TempDir()
-	o := summariesOptions{out: filepath.Join(dir, "study"), conditions: "a,b,e", seeds: 2, firstSeed: 1, jobs: 2, window: 2,
+	o := summariesOptions{out: filepath.Join(dir, "study"), conditions: "a,b,e", seeds: 2, firstSeed: 1, jobs: 2, window: 2, plot: true,
 		bin: os.Args[0], env: []string{cliChildEnv + "=1"},
 		overrides: []string{"run.max_steps=2", "optim.warmup_steps=0", "warmstart.steps=2", "warmstart.batch_size=2", "grpo.num_prompts_per_step=2",
 			"grpo.num_generations_per_prompt=2", "model.dim=16", "model.hidden=32", "model.heads=2", "model.layers=1"}}
@@ -156,5 +192,61 @@ func TestBenchSummaries(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "done before, skipped"); n != 6 {
 		t.Fatalf("second run skipped %d of 6:\n%s", n, logs.String())
+	}
+}
+
+// TestBenchProcesses runs the bench's process handling with a fake train
+// child (fakeTrain: no training, two metrics rows) and no plot (drawing it
+// takes 20 s under -race; TestBenchSummaries draws one): runs at once,
+// their logs and costs, the report from their metrics files, and a second
+// invocation that runs nothing. It is the -race check of the workers.
+func TestBenchProcesses(t *testing.T) {
+	o := summariesOptions{out: filepath.Join(t.TempDir(), "study"), conditions: "b,c", seeds: 2, firstSeed: 3, jobs: 3, window: 1,
+		bin: os.Args[0], env: []string{fakeTrainEnv + "=1"}, overrides: []string{"run.max_steps=2"}}
+	var out, logs bytes.Buffer
+	if err := runSummaries(context.Background(), o, &out, &logs); err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	if n := strings.Count(logs.String(), ": done in "); n != 4 {
+		t.Fatalf("%d runs done, want 4:\n%s", n, logs.String())
+	}
+	b, err := os.ReadFile(filepath.Join(o.out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep studyReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	// Seeds 3 and 4: final success 0.3 and 0.4 in every condition.
+	if f := rep.Final["b-masked"]; !near(f.Mean, 0.35) || f.N != 2 {
+		t.Fatalf("b-masked %+v", f)
+	}
+	if d := rep.Paired["c-rollout - b-masked"]; !near(d.Mean, 0) || d.N != 2 {
+		t.Fatalf("paired %+v", d)
+	}
+	for _, r := range rep.Runs {
+		if r.WallS <= 0 {
+			t.Fatalf("run %s seed %d: no cost recorded", r.Condition, r.Seed)
+		}
+	}
+	logs.Reset()
+	if err := runSummaries(context.Background(), o, &out, &logs); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "done before, skipped"); n != 4 {
+		t.Fatalf("second invocation skipped %d of 4:\n%s", n, logs.String())
+	}
+	// A run that stopped short is run again (train resumes its directory).
+	short := filepath.Join(o.out, "b-masked", "seed3", runner.MetricsFile)
+	if err := os.WriteFile(short, []byte(`{"step":1}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	if err := runSummaries(context.Background(), o, &out, &logs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "b-masked seed 3: done in") || strings.Count(logs.String(), "done before, skipped") != 3 {
+		t.Fatalf("the short run was not run again:\n%s", logs.String())
 	}
 }
