@@ -189,6 +189,9 @@ type Generator struct {
 	APIKey string `yaml:"api_key" digest:"-" doc:"bearer token for the servers; not part of the config digest"`
 	Model  string `yaml:"model" doc:"model name sent to the servers"`
 	API    string `yaml:"api" enum:"openai|vllm|sglang" doc:"request shape and weight-update routes of the servers (docs/serving.md)"`
+	// ReloadMethod names how weights travel, never what they are, so it
+	// is left out of the digest.
+	ReloadMethod string `yaml:"reload_method" digest:"-" doc:"api vllm: the worker method a weight update calls through /collective_rpc with kwargs {weights_path}: reload_weights (stock vLLM's, where it takes weights_path) or longhaul_reload_weights (the longhaul_vllm worker extension; docs/serving.md); not part of the config digest"`
 	// PrefixCacheMiB changes how much is recomputed, never a result, so it
 	// is left out of the digest.
 	PrefixCacheMiB int `yaml:"prefix_cache_mib" digest:"-" doc:"MiB of KV caches the built-in model keeps across calls, so a prompt that extends an earlier call's sequence prefills only the rest (docs/model.md, prefix cache); 0 = off; the same tokens with any value; for kind embedded and longhaul serve; not part of the config digest"`
@@ -229,7 +232,7 @@ func Default() *Config {
 			MaxConsecutiveDroppedPrompts: 4, MinStepBatchFraction: 0.5,
 			OnDroppedPrompt: "retry", MaxGroupRetries: 2, RetryDelaySteps: 1, StallTimeoutS: 300, StallAction: "warn",
 			CallTimeoutS: 60, RolloutTimeoutS: 600, MaxOutageS: 600},
-		Generator: Generator{Kind: "embedded", URLs: []string{}, API: "openai", PrefixCacheMiB: 64},
+		Generator: Generator{Kind: "embedded", URLs: []string{}, API: "openai", ReloadMethod: "reload_weights", PrefixCacheMiB: 64},
 		Trainer:   Trainer{Kind: "embedded"},
 		Tokenizer: defaultTokenizer(),
 	}

@@ -295,6 +295,8 @@ func TestValidate(t *testing.T) {
 		{[]string{"data.source=jsonl"}, []string{"data.path: must be set when data.source is jsonl"}},
 		{[]string{"generator.kind=openai"}, []string{"generator.urls: must list at least one server"}},
 		{[]string{"generator.urls=localhost:8000"}, []string{`generator.urls: want an http(s) URL, got "localhost:8000"`}},
+		{[]string{"generator.reload_method=reload weights"}, []string{`generator.reload_method: must be a Python method name (letters, digits, _), got "reload weights"`}},
+		{[]string{"generator.reload_method="}, []string{`generator.reload_method: must be a Python method name`}},
 		{[]string{"trainer.kind=remote"}, []string{"trainer.url: must be set"}},
 		{[]string{"model.heads=5"}, []string{"model.heads: must divide model.dim (128), got 5"}},
 		{[]string{"model.heads=128"}, []string{"model.dim: rope needs an even head width"}},

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -170,6 +171,9 @@ func (c *Config) Validate() error {
 		v.url("generator.urls", u)
 	}
 	v.min("generator.prefix_cache_mib", gen.PrefixCacheMiB, 0)
+	if !pyIdent.MatchString(gen.ReloadMethod) {
+		v.failf("generator.reload_method", "must be a Python method name (letters, digits, _), got %q", gen.ReloadMethod)
+	}
 	if c.Trainer.Kind == "remote" {
 		if c.Trainer.URL == "" {
 			v.failf("trainer.url", "must be set when trainer.kind is remote")
@@ -179,6 +183,9 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(v.errs...)
 }
+
+// pyIdent is a Python identifier (ASCII): the method /collective_rpc names.
+var pyIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 type validator struct{ errs []error }
 

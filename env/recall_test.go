@@ -12,8 +12,8 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
 )
 
 // TestRecallTasks checks the drawn episodes: the configured shape, codes
@@ -169,10 +169,10 @@ func recallRun(t *testing.T, params string, cc compaction.Config, budget, i int)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &rollouttest.Func{Reply: func(req gen.Request) (string, error) { return oracle(tokenizer.Parse(req.Prompt)) }}
+	g := &scripted.Func{Reply: func(req gen.Request) (string, error) { return oracle(tokenizer.Parse(req.Prompt)) }}
 	res, err := rollout.Run(context.Background(), rollout.Spec{Seed: 5, Rollout: runlog.RolloutID{Group: runlog.GroupID(i)},
 		Task: task, NewEnv: func(context.Context) (env.Environment, error) { return reg.New("recall", raw) },
-		Generator: g, Recorder: &rollouttest.Recorder{}, ObservationRole: tokenizer.RoleUser,
+		Generator: g, Recorder: &scripted.Recorder{}, ObservationRole: tokenizer.RoleUser,
 		Limits:     rollout.Limits{MaxTurns: 20, MaxTokensPerCall: 5, ContextBudget: budget},
 		Compaction: cc}, nil)
 	if err != nil {
