@@ -311,6 +311,13 @@ func TestValidate(t *testing.T) {
 		{[]string{"rollout_failure.backoff_cap_s=0.1"}, []string{"rollout_failure.backoff_cap_s: must be ≥ rollout_failure.backoff_base_s"}},
 		{[]string{"grpo.microbatch_tokens=64"}, []string{"grpo.microbatch_tokens: must hold one full row"}},
 		{[]string{"checkpointing.keep_top_k=2", "checkpointing.metric="}, []string{"checkpointing.metric: must not be empty"}},
+		// The cosine decays over the steps after the warm-up: none is an
+		// error naming both keys, before anything runs (not the trainer's
+		// "cosine schedule needs TotalSteps > WarmupSteps" at step 1).
+		{[]string{"run.max_steps=5", "optim.warmup_steps=5"}, []string{"run.max_steps: must be > optim.warmup_steps (5) when optim.schedule is cosine"}},
+		{[]string{"run.max_steps=2", "optim.warmup_steps=5"}, []string{"run.max_steps: must be > optim.warmup_steps (5)", "got 2"}},
+		{[]string{"run.max_steps=2", "optim.warmup_steps=5", "optim.schedule=constant"}, nil},
+		{[]string{"run.max_steps=6", "optim.warmup_steps=5"}, nil},
 		// All errors come back at once.
 		{[]string{"run.max_steps=0", "optim.lr=0", "loss.norm=sum"}, []string{
 			"run.max_steps: must be ≥ 1, got 0", "optim.lr: must be > 0, got 0", `loss.norm: must be one of token_mean, seq_mean, got "sum"`}},

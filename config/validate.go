@@ -78,6 +78,11 @@ func (c *Config) Validate() error {
 		v.failf("optim.min_lr", "must be ≤ optim.lr (%g), got %g", o.LR, o.MinLR)
 	}
 	v.min("optim.warmup_steps", o.WarmupSteps, 0)
+	if o.Schedule == "cosine" && r.MaxSteps >= 1 && o.WarmupSteps >= 0 && r.MaxSteps <= o.WarmupSteps {
+		// The cosine decays over the steps after the warm-up: with none
+		// left it has no length, which the trainer would find at step 1.
+		v.failf("run.max_steps", "must be > optim.warmup_steps (%d) when optim.schedule is cosine (the decay runs over the steps after the warm-up), got %d; raise run.max_steps, lower optim.warmup_steps or use optim.schedule=constant", o.WarmupSteps, r.MaxSteps)
+	}
 	v.minF("optim.weight_decay", o.WeightDecay, 0)
 	v.rangeF("optim.beta1", o.Beta1, 0, 1, false)
 	v.rangeF("optim.beta2", o.Beta2, 0, 1, false)
