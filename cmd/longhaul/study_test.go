@@ -202,7 +202,7 @@ func TestBenchSummaries(t *testing.T) {
 // invocation that runs nothing. It is the -race check of the workers.
 func TestBenchProcesses(t *testing.T) {
 	o := summariesOptions{out: filepath.Join(t.TempDir(), "study"), conditions: "b,c", seeds: 2, firstSeed: 3, jobs: 3, window: 1,
-		bin: os.Args[0], env: []string{fakeTrainEnv + "=1"}, overrides: []string{"run.max_steps=2"}}
+		bin: os.Args[0], env: []string{fakeTrainEnv + "=1"}, overrides: []string{"run.max_steps=2", "optim.warmup_steps=0"}}
 	var out, logs bytes.Buffer
 	if err := runSummaries(context.Background(), o, &out, &logs); err != nil {
 		t.Fatalf("%v\n%s", err, logs.String())
