@@ -199,9 +199,9 @@ func TestMachineLossStormThroughput(t *testing.T) {
 	bin, srv, c := needS3E2E(t)
 	ref := filepath.Join(t.TempDir(), "ref")
 	t0 := time.Now()
-	train(t, bin, tinyConfig(t), ref, "run.max_steps=30", "run.mode=throughput")
-	pulled := storm(t, bin, srv, c, "storm-tp", 10, 9, time.Since(t0), append(slices.Clone(stormArgs), "run.mode=throughput"))
-	checkTrainedOnceInOrder(t, pulled, 30)
+	train(t, bin, tinyConfig(t), ref, "run.max_steps=60", "run.mode=throughput")
+	pulled := storm(t, bin, srv, c, "storm-tp", 10, 9, time.Since(t0), append(slices.Clone(stormArgs), "run.mode=throughput", "run.max_steps=60"))
+	checkTrainedOnceInOrder(t, pulled, 60)
 }
 
 func checkTrainedOnceInOrder(t *testing.T, dir string, steps int64) {
