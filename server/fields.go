@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // Request fields of /v1/completions and /v1/chat/completions. A field the
@@ -207,7 +208,8 @@ func (s *Server) decodeStrict(w http.ResponseWriter, r *http.Request, v any, kno
 		// A value of the wrong type: name its field.
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			s.writeParamError(w, badParam(te.Field, "%s must be %s, not a JSON %s.", te.Field, jsonKind(te.Type.Kind().String()), te.Value))
+			field := jsonField(te.Field)
+			s.writeParamError(w, badParam(field, "%s must be %s, not a JSON %s.", field, jsonKind(te.Type.Kind().String()), te.Value))
 			return false
 		}
 		writeError(w, s.version(), http.StatusBadRequest, "invalid_request_error", "", "invalid_json",
@@ -271,4 +273,17 @@ func jsonKind(k string) string {
 		return "a value of another type"
 	}
 	return "a number"
+}
+
+// jsonField is a decode error's field path without the names of the Go
+// structs the request types embed (sampling, chatInput).
+func jsonField(path string) string {
+	parts := strings.Split(path, ".")
+	out := parts[:0]
+	for _, p := range parts {
+		if p != "sampling" && p != "chatInput" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ".")
 }
