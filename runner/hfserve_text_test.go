@@ -292,22 +292,28 @@ var texts = struct {
 	m map[string]server.Text
 }{m: map[string]server.Text{}}
 
+// cachedText is HFText of a real tokenizer, loaded once per test binary.
+func cachedText(t *testing.T, name string) server.Text {
+	t.Helper()
+	dir := realTokenizer(t, name)
+	texts.Lock()
+	defer texts.Unlock()
+	txt, ok := texts.m[dir]
+	if !ok {
+		var err error
+		if txt, err = HFText(dir, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		texts.m[dir] = txt
+	}
+	return txt
+}
+
 // toolServer serves tc's tokenizer and template with the scripted reply.
 func toolServer(t *testing.T, tc toolCase, reply string) (*httptest.Server, *hf.Tokenizer) {
 	t.Helper()
-	dir := realTokenizer(t, tc.tokenizer)
-	texts.Lock()
-	txt, ok := texts.m[dir]
+	txt := cachedText(t, tc.tokenizer)
 	var err error
-	if !ok {
-		if txt, err = HFText(dir, "", ""); err == nil {
-			texts.m[dir] = txt
-		}
-	}
-	texts.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if !txt.Tools {
 		// The packaged Llama 3.1 template is a short one without tool
 		// syntax (the official one renders tools and tool calls): the
@@ -540,4 +546,29 @@ func reassemble(t *testing.T, url string, body any) (toolMessage, int) {
 		m.ReasoningContent = &s
 	}
 	return m, argChunks
+}
+
+// The special tokens a text prompt gets with add_special_tokens, as
+// Python transformers adds them: Llama 3.1's post-processor template
+// (<|begin_of_text|>), DeepSeek-V3's add_bos_token (its BOS), nothing for
+// Qwen3; and the tool parser each template's syntax names.
+func TestHFTextSpecialTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name, bos, parser string
+		tools             bool
+	}{{"qwen3", "", "hermes", true}, {"llama3_1", "<|begin_of_text|>", "", false}, {"deepseek_v3", "<｜begin▁of▁sentence｜>", "deepseek_v3", true}} {
+		txt := cachedText(t, tc.name)
+		var want []int32
+		if tc.bos != "" {
+			id, ok := txt.Tok.(*hf.Tokenizer).TokenID(tc.bos)
+			if !ok {
+				t.Fatalf("%s: no %q", tc.name, tc.bos)
+			}
+			want = []int32{id}
+		}
+		if !slices.Equal(txt.Prefix, want) || len(txt.Suffix) != 0 || txt.ParserName != tc.parser || txt.Tools != tc.tools {
+			t.Errorf("%s: prefix %v suffix %v parser %q tools %v, want prefix %v parser %q tools %v", tc.name, txt.Prefix, txt.Suffix,
+				txt.ParserName, txt.Tools, want, tc.parser, tc.tools)
+		}
+	}
 }

