@@ -1,7 +1,7 @@
 // Drives `longhaul serve --model DIR` with the official OpenAI Node SDK: a
 // tiny Qwen3 with the real Qwen3 tokenizer and chat template, trained by
 // `longhaul train --config examples/qwen3-guess-agent.yaml` to play guess
-// through a guess(n) tool (testkit/crashtest TestHFAgentLearnsTools runs
+// through a guess(n) tool (testkit/crashtest TestHFAgentTools runs
 // this after the training). Checked: chat with tools gives the model's
 // tool call as OpenAI tool_calls (finish_reason tool_calls), the same
 // through the SDK's stream helper (deltas reassembled) and a raw stream;

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,46 +12,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/internal/race"
 	"github.com/longhaul-rl/longhaul/testkit/proctest"
 )
 
-// TestServerRenderingEqualsLocal is `tokenizer.source: server` against a
-// real-tokenizer server: two deterministic runs of the tool agent
-// (examples/qwen3-guess-agent.yaml, a short warm start on the tool-call
-// demonstrations so the model writes tool calls and the agent sends them
-// back with their results) on a tiny Qwen3 with the real tokenizer, each
-// generating through its own `longhaul serve --model DIR` process on
-// loopback; one renders its prompts in Go (source local), the other asks
-// its server's /tokenize (messages, tools, add_generation_prompt). They
-// must log the same calls (tokens, logprobs, versions), train the same
-// prompts and end with the same weights; the second server must have
-// rendered every call's prompt and the first none.
-func TestServerRenderingEqualsLocal(t *testing.T) {
-	if race.Enabled {
-		t.Skip("processes on loopback for minutes: run without -race (.ci/steps/19-serve-model.sh)")
-	}
-	bin, modelDir := tinyQwen3(t, "")
-	cfg, common := agentConfig(t, python(t))
-	// A few demonstrations are enough to make tool calls likely.
-	demos := filepath.Join(t.TempDir(), "demos.jsonl")
-	raw, err := os.ReadFile(strings.TrimPrefix(common[1], "warmstart.data="))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.SplitAfter(string(raw), "\n")
-	if err := os.WriteFile(demos, []byte(strings.Join(lines[:12], "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	common = append(common[:1], "warmstart.data="+demos, "model.path="+modelDir, "run.mode=deterministic", "run.max_steps=2",
-		"grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2", "warmstart.steps=16", "warmstart.lr=2e-2")
+// serverRendering is `tokenizer.source: server` against a real-tokenizer
+// server: two deterministic runs of the tool agent from modelDir (a tiny
+// Qwen3 with the real tokenizer, trained to write tool calls, which the
+// agent sends back with their results), each generating through its own
+// `longhaul serve --model DIR` process on loopback; one renders its
+// prompts in Go (source local), the other asks its server's /tokenize
+// (messages, tools, add_generation_prompt). They must log the same calls
+// (tokens, logprobs, versions), train the same prompts and end with the
+// same weights; the second server must have rendered every call's prompt
+// and the first none.
+func serverRendering(t *testing.T, bin, cfg, modelDir string, overrides []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	run := func(name, source string) (string, int) {
 		port := proctest.FreePort(t)
 		serveProc(t, bin, port, "serve", "--model", modelDir)
 		dir := filepath.Join(t.TempDir(), name)
-		o := Options{Binary: bin, Config: cfg, Overrides: append(slices.Clone(common), "tokenizer.source="+source,
+		o := Options{Binary: bin, Config: cfg, Overrides: append(slices.Clone(overrides), "tokenizer.source="+source,
 			"generator.kind=openai", fmt.Sprintf("generator.urls=http://127.0.0.1:%d/v1", port))}
 		p := o.start(ctx, dir, "")
 		if st, err := p.wait(); err != nil || st != "" {
