@@ -100,6 +100,8 @@ func apply(s *State, ev Event, off Offset) error {
 			return invalid("mode %q is neither deterministic nor throughput", v.Mode)
 		}
 		s.Started, s.Seed, s.Mode, s.ConfigDigest = true, v.Seed, v.Mode, v.ConfigDigest
+	case LogDamaged:
+		s.Damage = append(s.Damage, v)
 	case ConfigChanged:
 		s.ConfigDigest = v.Digest
 	case PromptAdmitted:

@@ -28,6 +28,7 @@ const (
 	KindGroupRequeued
 	KindRolloutRegenerated
 	KindConfigChanged
+	KindLogDamaged
 )
 
 // GroupID names a prompt group. It is derived from (run seed, epoch, cursor)
@@ -244,6 +245,15 @@ type RolloutRegenerated struct {
 	Reason  string
 }
 
+// LogDamaged records damage found in a sealed chunk of the log or in its
+// pack, where no replay reads (docs/runlog.md, "Sealed chunks"): the run
+// goes on from its snapshot, and the fact stays in the log for inspect.
+type LogDamaged struct {
+	File   string // relative to the run directory, e.g. runlog/00000000000000000000.seg
+	Offset uint64 // log offset of the first bad record (chunk file) or byte of the bad blob (pack)
+	Reason string // what was found, and what the run still needs of the damaged bytes
+}
+
 // Rewound records a resume from a checkpoint older than the log's last
 // trained step: steps after Step are undone, their groups go back to
 // committed-not-trained, and the trainer stands at Step and Version again.
@@ -259,6 +269,7 @@ func (RolloutRegenerated) Kind() Kind {
 	return KindRolloutRegenerated
 }
 func (ConfigChanged) Kind() Kind     { return KindConfigChanged }
+func (LogDamaged) Kind() Kind        { return KindLogDamaged }
 func (RunStarted) Kind() Kind        { return KindRunStarted }
 func (PromptAdmitted) Kind() Kind    { return KindPromptAdmitted }
 func (AttemptStarted) Kind() Kind    { return KindAttemptStarted }

@@ -57,6 +57,7 @@ var kinds = [...]kindRow{
 	KindGroupRequeued:      row[GroupRequeued]("GroupRequeued"),
 	KindRolloutRegenerated: row[RolloutRegenerated]("RolloutRegenerated"),
 	KindConfigChanged:      row[ConfigChanged]("ConfigChanged"),
+	KindLogDamaged:         row[LogDamaged]("LogDamaged"),
 }
 
 // numKinds bounds the kind values this build knows (exclusive).
@@ -322,5 +323,18 @@ func (v RolloutRegenerated) encode(e *enc) error {
 
 func (v *RolloutRegenerated) decode(d *dec) {
 	v.Rollout = d.rollout()
+	v.Reason = d.str()
+}
+
+func (v LogDamaged) encode(e *enc) error {
+	e.str(v.File)
+	e.uv(v.Offset)
+	e.str(v.Reason)
+	return nil
+}
+
+func (v *LogDamaged) decode(d *dec) {
+	v.File = d.str()
+	v.Offset = d.uv()
 	v.Reason = d.str()
 }

@@ -63,7 +63,7 @@ func (t *Trainer) TrainStep(ctx context.Context, b train.Batch) (train.StepStats
 	case train.LossSFT:
 		lc = t.sft
 	default:
-		return train.StepStats{}, fmt.Errorf("embedded trainer: unknown loss %q", b.Loss)
+		return train.StepStats{}, fmt.Errorf("embedded trainer: %w: loss: unknown loss %q", train.ErrInvalidBatch, b.Loss)
 	}
 	mc := t.t.Model().Config()
 	if err := train.ValidateForModel(b, mc.Vocab, mc.Context); err != nil {
@@ -93,6 +93,9 @@ func (t *Trainer) State(context.Context) (train.State, error) {
 // and publishes it by rename.
 func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 	fs := t.storage()
+	if err := fs.MkdirAll(dir, 0o755); err != nil { // the protocol allows an absent dir
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
 	err := t.t.Model().WriteFilesWith(filepath.Join(dir, WeightsFile), func(p string, b []byte) error {
 		return store.PutFile(fs, p, b)
 	})
@@ -102,19 +105,20 @@ func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 	return saveState(fs, dir, t.t.SaveState, t.version)
 }
 
-// LoadCheckpoint implements train.Trainer.
+// LoadCheckpoint implements train.Trainer. A directory that does not hold
+// a checkpoint this trainer loads is bad input (train.ErrInvalidInput).
 func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 	m, err := model.Load(filepath.Join(dir, WeightsFile))
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	nt, err := model.NewTrainer(m, t.oc)
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	v, err := readState(dir, nt.LoadState)
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	t.t, t.version = nt, v
 	return nil

@@ -58,7 +58,12 @@ func (t *HFTrainer) TrainStep(ctx context.Context, b train.Batch) (train.StepSta
 	case train.LossSFT:
 		lc = t.sft
 	default:
-		return train.StepStats{}, fmt.Errorf("embedded trainer: unknown loss %q", b.Loss)
+		return train.StepStats{}, fmt.Errorf("embedded trainer: %w: loss: unknown loss %q", train.ErrInvalidBatch, b.Loss)
+	}
+	// Bad input is refused by name before it reaches the model, whose
+	// errors are then the trainer's own.
+	if err := train.ValidateForModel(b, t.t.Model().Config().Vocab, 0); err != nil {
+		return train.StepStats{}, fmt.Errorf("embedded trainer: %w", err)
 	}
 	seqs := make([]model.Sequence, len(b.Rows))
 	for i, r := range b.Rows {
@@ -82,6 +87,9 @@ func (t *HFTrainer) State(context.Context) (train.State, error) {
 // state and the version.
 func (t *HFTrainer) SaveCheckpoint(_ context.Context, dir string) error {
 	fs := t.storage()
+	if err := fs.MkdirAll(dir, 0o755); err != nil { // the protocol allows an absent dir
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
 	// Written in place through the seam: the checkpoint writer
 	// (train/ckpt) fsyncs the directory's files and publishes it.
 	create := func(p string) (io.WriteCloser, error) {
@@ -93,19 +101,20 @@ func (t *HFTrainer) SaveCheckpoint(_ context.Context, dir string) error {
 	return saveState(fs, dir, t.t.SaveState, t.version)
 }
 
-// LoadCheckpoint implements train.Trainer.
+// LoadCheckpoint implements train.Trainer. A directory that does not hold
+// a checkpoint this trainer loads is bad input (train.ErrInvalidInput).
 func (t *HFTrainer) LoadCheckpoint(_ context.Context, dir string) error {
 	m, err := llama.LoadDir(dir)
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	nt, err := llama.NewTrainer(m, t.oc)
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	v, err := readState(dir, nt.LoadState)
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	t.t, t.version = nt, v
 	return nil
