@@ -105,18 +105,18 @@ func HFText(dir, family, parser string) (server.Text, error) {
 		if err != nil {
 			return server.Text{}, err
 		}
-		txt.Chat, txt.Kwargs = chat.Chat{Template: tm, Tok: tok}, true
-		// A template that writes tool calls takes tools, as vLLM passes
-		// them; one that writes no tool definitions (DeepSeek-V3's) leaves
-		// them out of the prompt, as under vLLM (docs/serving.md).
-		txt.Tools = strings.Contains(src, "tool_calls") || strings.Contains(src, "tools")
+		// A Jinja template takes tools and tool calls, as vLLM passes them;
+		// what it writes of them is its own (DeepSeek-V3's writes no tool
+		// list, the packaged Llama 3.1 one neither, as under vLLM).
+		txt.Chat, txt.Kwargs, txt.Tools = chat.Chat{Template: tm, Tok: tok}, true, true
+		txt.ArgumentsText = tm.StringArguments
 	}
 	if parser == "" && txt.Tools {
 		parser = ToolParserFor(src, family)
 	}
 	if parser != "" && parser != "none" {
 		if !txt.Tools {
-			return server.Text{}, fmt.Errorf("tool parser %q: the chat template of %s does not render tools and tool calls", parser, dir)
+			return server.Text{}, fmt.Errorf("tool parser %q: %s has no chat template to render tools with", parser, dir)
 		}
 		if txt.Parser, err = toolcall.New(parser); err != nil {
 			return server.Text{}, err

@@ -22,7 +22,6 @@ import (
 	"github.com/longhaul-rl/longhaul/server"
 	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
-	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 )
 
 // realTokenizer is the directory of a real tokenizer installed by
@@ -150,6 +149,17 @@ func TestHFServeText(t *testing.T) {
 	post(t, ts.URL, "/tokenize", map[string]any{"messages": msgs, "tools": tools}, &tk)
 	if !slices.Equal(tk.Tokens, want) {
 		t.Fatalf("tokenize messages:\n got %q\nwant %q", tok.Decode(tk.Tokens), tok.Decode(want))
+	}
+
+	// An empty conversation renders the template's preamble (a rollout
+	// asks for it to learn the generation prompt's frame).
+	want, err = ch.RenderTokens(ctx, nil, tokenizer.RenderOptions{Tools: tools, AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post(t, ts.URL, "/tokenize", map[string]any{"messages": []any{}, "tools": tools}, &tk)
+	if !slices.Equal(tk.Tokens, want) {
+		t.Fatalf("tokenize no messages: %v, want %v", tk.Tokens, want)
 	}
 
 	var c completionAnswer
@@ -301,7 +311,10 @@ func cachedText(t *testing.T, name string) server.Text {
 	txt, ok := texts.m[dir]
 	if !ok {
 		var err error
-		if txt, err = HFText(dir, "", ""); err != nil {
+		// The family tiny models of these tokenizers are made with
+		// (DeepSeek-V3's is served as a Llama).
+		family := map[string]string{"qwen3": llama.FamilyQwen3, "llama3_1": llama.FamilyLlama, "deepseek_v3": llama.FamilyLlama}[name]
+		if txt, err = HFText(dir, family, ""); err != nil {
 			t.Fatal(err)
 		}
 		texts.m[dir] = txt
@@ -314,15 +327,7 @@ func toolServer(t *testing.T, tc toolCase, reply string) (*httptest.Server, *hf.
 	t.Helper()
 	txt := cachedText(t, tc.tokenizer)
 	var err error
-	if !txt.Tools {
-		// The packaged Llama 3.1 template is a short one without tool
-		// syntax (the official one renders tools and tool calls): the
-		// reply is read as a server with that template reads it.
-		txt.Tools, txt.ParserName = true, "llama3_json"
-		if txt.Parser, err = toolcall.New("llama3_json"); err != nil {
-			t.Fatal(err)
-		}
-	}
+
 	tok := txt.Tok.(*hf.Tokenizer)
 	end, ok := tok.TokenID(tc.end)
 	if !ok || !slices.Contains(txt.EOS, end) {
@@ -551,12 +556,13 @@ func reassemble(t *testing.T, url string, body any) (toolMessage, int) {
 // The special tokens a text prompt gets with add_special_tokens, as
 // Python transformers adds them: Llama 3.1's post-processor template
 // (<|begin_of_text|>), DeepSeek-V3's add_bos_token (its BOS), nothing for
-// Qwen3; and the tool parser each template's syntax names.
+// Qwen3; and the tool parser each template's syntax names (the packaged
+// Llama 3.1 template writes none: the family's, llama3_json).
 func TestHFTextSpecialTokens(t *testing.T) {
 	for _, tc := range []struct {
 		name, bos, parser string
 		tools             bool
-	}{{"qwen3", "", "hermes", true}, {"llama3_1", "<|begin_of_text|>", "", false}, {"deepseek_v3", "<｜begin▁of▁sentence｜>", "deepseek_v3", true}} {
+	}{{"qwen3", "", "hermes", true}, {"llama3_1", "<|begin_of_text|>", "llama3_json", true}, {"deepseek_v3", "<｜begin▁of▁sentence｜>", "deepseek_v3", true}} {
 		txt := cachedText(t, tc.name)
 		var want []int32
 		if tc.bos != "" {

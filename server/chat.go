@@ -169,7 +169,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	o.parallel = req.ParallelToolCalls == nil || *req.ParallelToolCalls
 	var prompt []int32
 	if err == nil {
-		prompt, err = s.render(r.Context(), req.chatInput, tools)
+		prompt, err = s.render(r.Context(), req.chatInput, tools, false)
 	}
 	if err != nil {
 		s.writeParamError(w, err)

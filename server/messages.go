@@ -59,9 +59,11 @@ var (
 	functionKeys     = []string{"name", "arguments"}
 )
 
-// toMessages converts the wire messages, naming the field of any error.
-func (s *Server) toMessages(in []json.RawMessage) ([]tokenizer.Message, error) {
-	if len(in) == 0 {
+// toMessages converts the wire messages, naming the field of any error;
+// none is an error unless allowEmpty (/tokenize renders an empty
+// conversation: the template's preamble, e.g. the tool list).
+func (s *Server) toMessages(in []json.RawMessage, allowEmpty bool) ([]tokenizer.Message, error) {
+	if len(in) == 0 && !allowEmpty {
 		return nil, badParam("messages", "messages must not be empty.")
 	}
 	out := make([]tokenizer.Message, len(in))
@@ -82,17 +84,19 @@ func (s *Server) toMessages(in []json.RawMessage) ([]tokenizer.Message, error) {
 			return nil, badParam(where+".content", "%s", err.Error())
 		}
 		m := tokenizer.Message{Role: w.Role, Content: text, Name: w.Name, ToolCallID: w.ToolCallID}
+		// reasoning_content "" is there (templates tell it from a missing
+		// one); null is missing.
 		switch {
 		case w.ReasoningContent != nil:
-			m.ReasoningContent = *w.ReasoningContent
+			m.ReasoningContent, m.ReasoningSet = *w.ReasoningContent, *w.ReasoningContent == ""
 		case w.Reasoning != nil:
-			m.ReasoningContent = *w.Reasoning
+			m.ReasoningContent, m.ReasoningSet = *w.Reasoning, *w.Reasoning == ""
 		}
 		if len(w.ToolCalls) > 0 && !s.txt.Tools {
 			return nil, badParam(where+".tool_calls", "this model's chat template has no tool calls.")
 		}
 		for j, c := range w.ToolCalls {
-			tc, err := toolCall(c, fmt.Sprintf("%s.tool_calls[%d]", where, j))
+			tc, err := toolCall(c, fmt.Sprintf("%s.tool_calls[%d]", where, j), s.txt.ArgumentsText)
 			if err != nil {
 				return nil, err
 			}
@@ -106,24 +110,24 @@ func (s *Server) toMessages(in []json.RawMessage) ([]tokenizer.Message, error) {
 	return out, nil
 }
 
-func toolCall(c wireCall, where string) (tokenizer.ToolCall, error) {
+func toolCall(c wireCall, where string, asText bool) (tokenizer.ToolCall, error) {
 	if c.Type != "" && c.Type != "function" {
 		return tokenizer.ToolCall{}, badParam(where+".type", "only function tool calls are supported, got %q.", c.Type)
 	}
 	if c.Function.Name == "" {
 		return tokenizer.ToolCall{}, badParam(where+".function.name", "a tool call needs a function name.")
 	}
+	// As chat.Unwire reads them (and vLLM): a JSON string holding JSON is
+	// that JSON, as written; any other value goes to the template as it
+	// is (a string that is not JSON stays a string), but for a template
+	// that writes arguments as text, which gets a string's text.
 	args := bytes.TrimSpace(c.Function.Arguments)
 	var str string
-	if json.Unmarshal(args, &str) == nil {
-		args = bytes.TrimSpace([]byte(str))
+	if json.Unmarshal(args, &str) == nil && (asText || json.Valid([]byte(str))) {
+		args = []byte(str)
 	}
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = []byte("{}")
-	}
-	var obj map[string]json.RawMessage
-	if args[0] != '{' || json.Unmarshal(args, &obj) != nil {
-		return tokenizer.ToolCall{}, badParam(where+".function.arguments", "arguments must be a JSON object (or a string holding one).")
 	}
 	return tokenizer.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: json.RawMessage(args)}, nil
 }
@@ -235,9 +239,10 @@ func (s *Server) parseTools(raw json.RawMessage) ([]json.RawMessage, error) {
 	return tools, nil
 }
 
-// render renders a chat input to the prompt's token ids.
-func (s *Server) render(ctx context.Context, in chatInput, tools []json.RawMessage) (prompt []int32, err error) {
-	msgs, err := s.toMessages(in.Messages)
+// render renders a chat input to the prompt's token ids (allowEmpty: see
+// toMessages).
+func (s *Server) render(ctx context.Context, in chatInput, tools []json.RawMessage, allowEmpty bool) (prompt []int32, err error) {
+	msgs, err := s.toMessages(in.Messages, allowEmpty)
 	if err != nil {
 		return nil, err
 	}

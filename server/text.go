@@ -29,6 +29,10 @@ type Text struct {
 	Tools bool
 	// Kwargs: the template takes extra variables (chat_template_kwargs).
 	Kwargs bool
+	// ArgumentsText: the template writes tool-call arguments as text it
+	// is given (DeepSeek-V3's concatenates them): a string argument goes
+	// to it as its text, JSON or not (chat.Template.StringArguments).
+	ArgumentsText bool
 	// Prefix and Suffix are what add_special_tokens puts around an encoded
 	// text prompt (the tokenizer's post-processor: BOS for Llama 3.1 and
 	// DeepSeek-V3, nothing for Qwen3, BOS for the byte model).

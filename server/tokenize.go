@@ -43,7 +43,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	case req.Messages != nil:
 		var tools []json.RawMessage
 		if tools, err = s.parseTools(req.Tools); err == nil {
-			toks, err = s.render(r.Context(), req.chatInput, tools)
+			toks, err = s.render(r.Context(), req.chatInput, tools, true)
 		}
 	default:
 		err = badParam("prompt", "prompt or messages is required.")

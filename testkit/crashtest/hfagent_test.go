@@ -97,6 +97,8 @@ func toolCallShare(t *testing.T, dir, modelDir string) (share float64, calls int
 // The last two start from the trained weights (no warm start), so the
 // model writes tool calls from the first call and the agent sends them
 // back with their results for the template to render.
+// LONGHAUL_HF_AGENT_MODEL=DIR (a trained run's weights directory) skips
+// the training and runs the other parts on DIR.
 func TestHFAgentTools(t *testing.T) {
 	if race.Enabled {
 		t.Skip("trains for minutes: run without -race (.ci/steps/19-serve-model.sh)")
@@ -104,7 +106,11 @@ func TestHFAgentTools(t *testing.T) {
 	bin, modelDir := tinyQwen3(t, "LONGHAUL_HF_AGENT")
 	cfg, common := agentConfig(t, python(t))
 	trained, work := "", t.TempDir() // the parent's: a subtest's own goes when it ends
-	t.Run("learns", func(t *testing.T) { trained = agentLearns(t, bin, cfg, modelDir, work, common) })
+	if dir := os.Getenv("LONGHAUL_HF_AGENT_MODEL"); dir != "" {
+		trained = dir // a model trained before (a run's weights/): the other parts only
+	} else {
+		t.Run("learns", func(t *testing.T) { trained = agentLearns(t, bin, cfg, modelDir, work, common) })
+	}
 	if trained == "" {
 		t.Fatal("no trained model: the rest needs one")
 	}
