@@ -216,6 +216,9 @@ func (h *harness) runWith(ctx context.Context, tr train.Trainer) error {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	// Every step's training data read from the event cache is checked
+	// against the log (cache.go).
+	c.cache.verify = true
 	return c.Run(ctx)
 }
 

@@ -32,7 +32,7 @@ import (
 // next snapshot is a base and the old chain is deleted.
 
 const (
-	snapVersion = 4 // 2 added per-class failure counts, Regenerate, AdmittedFor and Retries; 3: Counts has a ConfigChanged entry; 4: a LogDamaged count and the Damage list
+	snapVersion = 5 // 2 added per-class failure counts, Regenerate, AdmittedFor and Retries; 3: Counts has a ConfigChanged entry; 4: a LogDamaged count and the Damage list; 5: a failure's cause
 	snapBase    = 0
 	snapDelta   = 1
 	snapHeader  = 22
@@ -288,6 +288,7 @@ func encodeGroup(e *enc, g *Group) {
 		e.uv(uint64(r.LastFailure.Attempt))
 		e.str(r.LastFailure.Class)
 		e.str(r.LastFailure.Reason)
+		e.u8(uint8(r.LastFailure.Cause))
 		e.str(r.Outcome)
 		e.f64(r.Reward)
 		e.bool(r.Success)
@@ -412,7 +413,7 @@ func decodeGroup(d *dec) *Group {
 		r.DataFailures = d.u32()
 		r.Regenerate = d.bool()
 		r.EpisodeStart = d.u32()
-		r.LastFailure = Failure{Attempt: d.u32(), Class: d.str(), Reason: d.str()}
+		r.LastFailure = Failure{Attempt: d.u32(), Class: d.str(), Reason: d.str(), Cause: FailureCause(d.u8())}
 		r.Outcome = d.str()
 		r.Reward = d.f64()
 		r.Success = d.bool()

@@ -101,6 +101,7 @@ type Failure struct {
 	Attempt uint32
 	Class   string
 	Reason  string
+	Cause   FailureCause
 }
 
 // Rollout is one group member.
