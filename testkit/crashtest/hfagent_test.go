@@ -101,7 +101,7 @@ func toolCallShare(t *testing.T, dir, modelDir string) (share float64, calls int
 // the training and runs the other parts on DIR.
 func TestHFAgentTools(t *testing.T) {
 	if race.Enabled {
-		t.Skip("trains for minutes: run without -race (.ci/steps/19-serve-model.sh)")
+		t.Skip("trains for minutes: run without -race (.ci/steps/20-serve-model.sh)")
 	}
 	bin, modelDir := tinyQwen3(t, "LONGHAUL_HF_AGENT")
 	cfg, common := agentConfig(t, python(t))

@@ -35,7 +35,7 @@ const (
 // often as any.
 func TestServeModelNeverFails(t *testing.T) {
 	if race.Enabled {
-		t.Skip("processes on loopback for minutes: run without -race (.ci/steps/19-serve-model.sh)")
+		t.Skip("processes on loopback for minutes: run without -race (.ci/steps/20-serve-model.sh)")
 	}
 	bin := binary(t)
 	dir := initModel(t, bin, "qwen3", "qwen3", 256)

@@ -140,7 +140,7 @@ func postJSON(t *testing.T, port int, path string, body any, out any) int {
 // Python transformers adds them.
 func TestServeTokenizeParity(t *testing.T) {
 	if race.Enabled {
-		t.Skip("processes on loopback for minutes: run without -race (.ci/steps/19-serve-model.sh)")
+		t.Skip("processes on loopback for minutes: run without -race (.ci/steps/13-tokenizers.sh)")
 	}
 	bin := binary(t)
 	items, refs := corpus(t)
@@ -337,4 +337,3 @@ func waitHealthy(t *testing.T, port int, out fmt.Stringer) {
 	}
 	t.Fatalf("server on %d not healthy:\n%s", port, out.String())
 }
-

@@ -1,11 +1,6 @@
 #!/usr/bin/env bash
 # Issue 30: `longhaul serve --model DIR` with DIR's real tokenizer and chat
 # template, as processes on loopback (testkit/crashtest, run without -race):
-# - TestServeTokenizeParity: /tokenize (prompt and messages forms) of the
-#   real Qwen3, Llama 3.1 and DeepSeek-V3 tokenizers equals the references on
-#   test/tokenizers' independent corpus (2,400 texts and 300 chats with tools
-#   per model: transformers.js ids, Python Jinja2 renders), made here by
-#   test/tokenizers/reference.sh (~25 s);
 # - TestServeModelNeverFails: 1,500 seeded random requests (≤ 90 s) to every
 #   route of a server under a 4 GiB address-space cap: no 5xx, no crash;
 # - TestHFAgentTools: examples/qwen3-guess-agent.yaml (an external agent
@@ -21,10 +16,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=${GOEXPERIMENT-simd} GOAMD64=${GOAMD64:-v1} GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 export LONGHAUL_REQUIRE_TOKENIZERS=1 LONGHAUL_REQUIRE_NODE=1 LONGHAUL_HF_AGENT=1
-corpus=$(mktemp -d)
-trap 'rm -rf "$corpus"' EXIT
-timeout 300 bash test/tokenizers/reference.sh "$corpus"
-export LONGHAUL_TOKENIZER_CORPUS=$corpus
 timeout 900 go test -count=1 -v -timeout 890s \
-  -run 'TestServeTokenizeParity|TestServeModelNeverFails|TestHFAgentTools' \
+  -run '^(TestServeModelNeverFails|TestHFAgentTools)$' \
   ./testkit/crashtest/ 2>&1 | grep -E '^(---|ok|FAIL|PASS|panic)|SKIP|identical|requests|tool calls|renders|ok - |checks passed|hf(serve|fuzz|agent|remote)_test.go'
