@@ -159,3 +159,35 @@ func serveScript(t *testing.T, txt server.Text, toks []int32) string {
 	t.Cleanup(ts.Close)
 	return ts.URL
 }
+
+// skip_special_tokens: a special token in a reply (here Qwen3's
+// <|im_start|>) is left out of its text by default and written into it
+// with skip_special_tokens false, in completions and chat, as vLLM does;
+// the stop token that ended it is in neither.
+func TestHFSkipSpecialTokens(t *testing.T) {
+	txt := cachedText(t, "qwen3")
+	tok := txt.Tok.(*hf.Tokenizer)
+	start, _ := tok.TokenID("<|im_start|>")
+	end, _ := tok.TokenID("<|im_end|>")
+	toks := append(append(append(tok.Encode("before "), start), tok.Encode(" after")...), end)
+	ts := serveScript(t, txt, toks)
+	for _, skip := range []bool{true, false} {
+		want := "before  after"
+		if !skip {
+			want = "before <|im_start|> after"
+		}
+		var c completionAnswer
+		post(t, ts, "/v1/completions", map[string]any{"prompt": "x", "skip_special_tokens": skip}, &c)
+		var ch struct {
+			Choices []struct {
+				Message toolMessage `json:"message"`
+			} `json:"choices"`
+		}
+		post(t, ts, "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "x"}},
+			"skip_special_tokens": skip}, &ch)
+		if len(c.Choices) != 1 || c.Choices[0].Text != want || len(ch.Choices) != 1 || ch.Choices[0].Message.Content == nil ||
+			*ch.Choices[0].Message.Content != want {
+			t.Fatalf("skip_special_tokens %v: completion %+v, chat %+v; want %q", skip, c.Choices, ch.Choices, want)
+		}
+	}
+}
