@@ -77,10 +77,6 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 	if cfg.Warmstart.Data != "" {
 		return fileDemos(ctx, cfg, reg, n, ch)
 	}
-	mk, ok := oracles[cfg.Env.Name]
-	if !ok {
-		return nil, fmt.Errorf("warmstart: environment %q has no demonstration oracle; set warmstart.data to a demonstrations file or warmstart.enabled: false", cfg.Env.Name)
-	}
 	params, err := cfg.EnvParamsJSON()
 	if err != nil {
 		return nil, err
@@ -98,7 +94,17 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 	if s, ok := policy.(compaction.Summarizer); ok {
 		summary = s.SummaryRequest()
 	}
-	oracle := oracleGen(ch, mk(summary))
+	var reply textOracle
+	if mk, ok := oracles[cfg.Env.Name]; ok {
+		reply = mk(summary)
+	} else if def, err := env.Builtin().Lookup(cfg.Env.Name); err == nil && def.Oracle != nil {
+		if reply, err = def.Oracle(params, summary); err != nil {
+			return nil, fmt.Errorf("warmstart: env.params: %w", err)
+		}
+	} else {
+		return nil, fmt.Errorf("warmstart: environment %q has no demonstration oracle; set warmstart.data to a demonstrations file or warmstart.enabled: false", cfg.Env.Name)
+	}
+	oracle := oracleGen(ch, reply)
 	seed := rng.Derive(cfg.Run.Seed, "warmstart")
 	var rows []train.Row
 	for i := 0; len(rows) < n; i++ {
@@ -113,7 +119,7 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}
 		calls, bounds := rollout.Trace(rec.Events(), id)
-		segs, _, err := segment.Build(calls, bounds, cfg.SegmentConfig())
+		segs, _, err := segment.Build(calls, bounds, cfg.DemoSegmentConfig())
 		if err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}

@@ -28,7 +28,7 @@ type callSpec struct {
 }
 
 // toks renders a compact notation: '^' BOS, 'U' user, 'A' assistant,
-// '.' end, other bytes as themselves.
+// 'S' summary, '.' end, other bytes as themselves.
 func toks(s string) []int32 {
 	out := make([]int32, 0, len(s))
 	for i := 0; i < len(s); i++ {
@@ -39,6 +39,8 @@ func toks(s string) []int32 {
 			out = append(out, tokenizer.User)
 		case 'A':
 			out = append(out, tokenizer.Assistant)
+		case 'S':
+			out = append(out, tokenizer.Summary)
 		case '.':
 			out = append(out, tokenizer.End)
 		default:
