@@ -24,7 +24,8 @@ func newModelServer(t *testing.T) (*httptest.Server, *model.Model) {
 		t.Fatal(err)
 	}
 	eg := gembedded.New(m, 2)
-	s, err := New(Backend{Gen: eg, Scorer: eg, Model: testModel, Version: func() int64 { return 2 }, MaxModelLen: cfg.Context}, Options{})
+	txt := ByteText()
+	s, err := New(Backend{Gen: eg, Scorer: eg, Model: testModel, Version: func() int64 { return 2 }, MaxModelLen: cfg.Context, Text: &txt}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
