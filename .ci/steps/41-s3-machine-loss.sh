@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A run kept in an S3 bucket (SeaweedFS on loopback, built by
-# 05-s3-setup.sh) survives the loss of whole machines: the machine-loss
+# .ci/weed.sh) survives the loss of whole machines: the machine-loss
 # storms (10 losses, deterministic: bit-identical; throughput: every group
 # trained once), two controllers on one run (refused; a SIGSTOPped one
 # whose lease was taken writes nothing the winner reads), and a 35 s

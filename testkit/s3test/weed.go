@@ -6,7 +6,7 @@
 //
 // The weed binary is found through LONGHAUL_WEED, else the per-machine
 // cache the CI setup step builds it into (~/.cache/longhaul/weed-VERSION,
-// see .ci/steps/05-s3-setup.sh), else ~/.cache/longhaul/weed. Without it a
+// see .ci/weed.sh), else ~/.cache/longhaul/weed. Without it a
 // test is skipped with a message saying how to get it, unless
 // LONGHAUL_REQUIRE_S3 is set (CI sets it): then it fails.
 package s3test
@@ -62,7 +62,7 @@ func WeedPath() (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("no SeaweedFS binary: set %s, or build it with .ci/steps/05-s3-setup.sh (into %s)", EnvWeed, cands[0])
+	return "", fmt.Errorf("no SeaweedFS binary: set %s, or build it with .ci/weed.sh (into %s)", EnvWeed, cands[0])
 }
 
 // Need returns the weed binary; without one it skips the test, or fails
