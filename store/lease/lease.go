@@ -166,9 +166,13 @@ func (l *Lease) take(ctx context.Context, prev Record, cond bucket.Cond) (bool, 
 	etag, err := l.objs.Put(ctx, l.o.Key, b, cond)
 	if errors.Is(err, bucket.ErrPrecondition) {
 		// Someone else wrote it first, or our own retried write did.
-		if mine, etag2 := l.isMine(ctx, rec); mine {
+		mine, etag2, rerr := l.isMine(ctx, rec)
+		switch {
+		case rerr != nil:
+			return false, rerr
+		case mine:
 			etag, err = etag2, nil
-		} else {
+		default:
 			return false, nil
 		}
 	}
@@ -184,17 +188,19 @@ func (l *Lease) take(ctx context.Context, prev Record, cond bucket.Cond) (bool, 
 }
 
 // isMine reports whether the lease now holds exactly rec (a write of ours
-// that succeeded although its answer was lost), with its ETag.
-func (l *Lease) isMine(ctx context.Context, rec Record) (bool, string) {
+// that succeeded although its answer was lost), with its ETag. An error
+// means the lease could not be read: not knowing is not a loss, and the
+// caller tries again later.
+func (l *Lease) isMine(ctx context.Context, rec Record) (bool, string, error) {
 	b, etag, err := l.objs.Get(ctx, l.o.Key)
 	if err != nil {
-		return false, ""
+		return false, "", fmt.Errorf("lease: reading it back after a refused write: %w", err)
 	}
 	var now Record
 	if json.Unmarshal(b, &now) != nil {
-		return false, ""
+		return false, "", nil
 	}
-	return now.Epoch == rec.Epoch && now.Writer == rec.Writer && now.Holder == rec.Holder && now.Renewals == rec.Renewals && now.Released == rec.Released, etag
+	return now.Epoch == rec.Epoch && now.Writer == rec.Writer && now.Holder == rec.Holder && now.Renewals == rec.Renewals && now.Released == rec.Released, etag, nil
 }
 
 // renew renews every third of the TTL until Release or loss.
@@ -245,9 +251,13 @@ func (l *Lease) write(ctx context.Context, release bool) error {
 	defer cancel()
 	etag, err := l.objs.Put(ctx, l.o.Key, b, bucket.Cond{IfMatch: etag})
 	if errors.Is(err, bucket.ErrPrecondition) {
-		if mine, etag2 := l.isMine(ctx, rec); mine {
+		mine, etag2, rerr := l.isMine(ctx, rec)
+		switch {
+		case rerr != nil:
+			return rerr
+		case mine:
 			etag, err = etag2, nil
-		} else {
+		default:
 			l.mu.Lock()
 			l.err = fmt.Errorf("%w (this controller held epoch %d)", ErrLost, rec.Epoch)
 			lerr = l.err

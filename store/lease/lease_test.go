@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/store/bucket"
 	"github.com/longhaul-rl/longhaul/store/lease"
 	"github.com/longhaul-rl/longhaul/testkit/s3test"
 )
@@ -93,5 +94,57 @@ func TestHeldLeaseIsRefusedReleasedIsTaken(t *testing.T) {
 	defer c.Stop()
 	if c.Epoch() != 2 || c.Previous() == nil || !c.Previous().Released {
 		t.Fatalf("after a release: epoch %d, previous %+v", c.Epoch(), c.Previous())
+	}
+}
+
+// lostAnswer applies a Put and then answers as a retry of it would (412:
+// the first attempt changed the ETag), and fails the next Get: a reset
+// that cut the answer, then a read-back that did not get through.
+type lostAnswer struct {
+	*s3test.Mem
+	armed, failGet bool
+}
+
+func (b *lostAnswer) Put(ctx context.Context, k string, data []byte, c bucket.Cond) (string, error) {
+	tag, err := b.Mem.Put(ctx, k, data, c)
+	if b.armed && err == nil {
+		b.armed, b.failGet = false, true
+		return "", bucket.ErrPrecondition
+	}
+	return tag, err
+}
+
+func (b *lostAnswer) Get(ctx context.Context, k string) ([]byte, string, error) {
+	if b.failGet {
+		b.failGet = false
+		return nil, "", errors.New("connection reset by peer")
+	}
+	return b.Mem.Get(ctx, k)
+}
+
+// TestUnreadableLeaseIsNotLost: a write of the lease whose answer was lost
+// and whose read-back failed leaves the lease held (not knowing is not a
+// loss); the next write finds its own record and goes on. Before, the
+// holder declared itself taken over and its run stopped.
+func TestUnreadableLeaseIsNotLost(t *testing.T) {
+	b := &lostAnswer{Mem: s3test.NewMem()}
+	l, err := lease.Acquire(context.Background(), b, lease.Options{Key: key, TTL: time.Minute, Holder: "a", Writer: "a", Retry: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.armed = true
+	if err := l.Release(context.Background()); err == nil || errors.Is(err, lease.ErrLost) || l.Err() != nil {
+		t.Fatalf("release with its answer lost and the read-back failed: %v (lease error %v); want an error that is not a loss", err, l.Err())
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("the lease says it was taken over")
+	default:
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("the second release: %v", err)
+	}
+	if r := record(t, b.Mem); !r.Released || r.Holder != "a" {
+		t.Fatalf("lease after the release: %+v", r)
 	}
 }
