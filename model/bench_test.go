@@ -12,9 +12,9 @@ import (
 // Benchmark configs: A is the default model at ctx 256, B a larger one.
 func benchConfigs() map[string]Config {
 	a := DefaultConfig()
-	a.Context = 256
+	a.MaxPos = 256
 	b := DefaultConfig()
-	b.Layers, b.Dim, b.Hidden, b.Context = 4, 256, 704, 512
+	b = builtinConfig(256, 4, 4, 704, 512)
 	return map[string]Config{"A_L2_d128_ctx256": a, "B_L4_d256_ctx512": b}
 }
 
@@ -23,7 +23,7 @@ func benchConfigs() map[string]Config {
 func BenchmarkTrainStep(b *testing.B) {
 	for _, name := range []string{"A_L2_d128_ctx256", "B_L4_d256_ctx512"} {
 		cfg := benchConfigs()[name]
-		for _, shape := range [][2]int{{8, 256}, {2, cfg.Context}} {
+		for _, shape := range [][2]int{{8, 256}, {2, cfg.MaxPos}} {
 			b.Run(fmt.Sprintf("%s/%dx%d", name, shape[0], shape[1]), func(b *testing.B) {
 				m, err := New(cfg, 1)
 				if err != nil {

@@ -10,20 +10,20 @@ import (
 
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
-	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/server"
 )
 
-// HFBackend serves a Hugging Face model directory (model/llama) by token
+// HFBackend serves a Hugging Face model directory (Llama/Qwen) by token
 // ids: the server has no tokenizer for it yet (server.TokenIDs). The
 // default stop ids are config.json's eos_token_id. Weight reloads take an
 // HF directory (or its model.safetensors).
 func HFBackend(ctx context.Context, dir string) (server.Backend, error) {
-	m, err := llama.LoadDir(dir)
+	m, err := model.LoadDir(dir)
 	if err != nil {
 		return server.Backend{}, fmt.Errorf("serve: %w", err)
 	}
-	eg := gembedded.NewHF(m, max(versionBeside(filepath.Join(dir, llamaWeights)), 0))
+	eg := gembedded.New(m, max(versionBeside(filepath.Join(dir, llamaWeights)), 0))
 	var stop []int32
 	if eos := m.Config().EOS; eos != nil {
 		stop = append(stop, int32(*eos))
@@ -43,7 +43,7 @@ const llamaWeights = "model.safetensors"
 
 type hfReloader struct {
 	mu sync.Mutex
-	g  *gembedded.HFGenerator
+	g  *gembedded.Generator
 }
 
 // Reload loads an HF directory; its version is the one recorded beside the
@@ -54,7 +54,7 @@ func (r *hfReloader) Reload(_ context.Context, path string) (int64, error) {
 	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
 		path = filepath.Dir(path)
 	}
-	m, err := llama.LoadDir(path)
+	m, err := model.LoadDir(path)
 	if err != nil {
 		return 0, err
 	}

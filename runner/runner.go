@@ -271,12 +271,15 @@ func Dataset(cfg *config.Config, reg *env.Registry) (data.Dataset, error) {
 	return nil, fmt.Errorf("runner: data.source %q", cfg.Data.Source)
 }
 
-// ModelConfig is the embedded model architecture the config names.
+// ModelConfig is the built-in model architecture the config names: a
+// Llama configuration (tied embeddings, one kv head per head) over the
+// byte tokenizer.
 func ModelConfig(cfg *config.Config) model.Config {
 	mc := model.DefaultConfig()
 	mc.Vocab = tokenizer.VocabSize
-	mc.Layers, mc.Dim, mc.Heads, mc.Hidden, mc.Context = cfg.Model.Layers, cfg.Model.Dim, cfg.Model.Heads, cfg.Model.Hidden, cfg.Model.Context
-	mc.Positions = cfg.Model.Positions
+	m := cfg.Model
+	mc.Layers, mc.Dim, mc.Heads, mc.KVHeads, mc.Hidden, mc.MaxPos = m.Layers, m.Dim, m.Heads, m.Heads, m.Hidden, m.Context
+	mc.HeadDim = m.Dim / max(m.Heads, 1)
 	return mc
 }
 
@@ -298,7 +301,7 @@ func InitModel(cfg *config.Config) (*model.Model, error) {
 	if seed == 0 {
 		seed = rng.Derive(cfg.Run.Seed, "init")
 	}
-	m, err := model.New(ModelConfig(cfg), seed)
+	m, err := model.NewBuiltin(ModelConfig(cfg), seed)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}

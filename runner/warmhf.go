@@ -11,7 +11,6 @@ import (
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
@@ -26,7 +25,7 @@ import (
 // templates: "<|im_start|>role\n...<|im_end|>").
 
 // warmStartHF trains m on the demonstrations (warmstart.*) before RL.
-func warmStartHF(ctx context.Context, cfg *config.Config, reg *env.Registry, m *llama.Model, log *slog.Logger, progress func(done, total int)) error {
+func warmStartHF(ctx context.Context, cfg *config.Config, reg *env.Registry, m *model.Model, log *slog.Logger, progress func(done, total int)) error {
 	c, parser, err := BuildChat(cfg)
 	if err != nil {
 		return err
@@ -35,7 +34,7 @@ func warmStartHF(ctx context.Context, cfg *config.Config, reg *env.Registry, m *
 		return fmt.Errorf("warmstart: model.path %s has no chat template", cfg.Model.Path)
 	}
 	return warmStart(ctx, cfg, reg, &demoChat{chat: c, parser: parser}, log, progress,
-		func(oc model.OptimConfig) (stepper, error) { return llama.NewTrainer(m, oc) })
+		func(oc model.OptimConfig) (stepper, error) { return model.NewTrainer(m, oc) })
 }
 
 // chatOracle is a text oracle as a generator of tok's ids: it reads the

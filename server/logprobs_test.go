@@ -18,13 +18,13 @@ import (
 func newModelServer(t *testing.T) (*httptest.Server, *model.Model) {
 	t.Helper()
 	cfg := model.DefaultConfig()
-	cfg.Dim, cfg.Hidden, cfg.Layers, cfg.Context = 32, 96, 1, 64
-	m, err := model.New(cfg, 7)
+	cfg.Dim, cfg.HeadDim, cfg.Hidden, cfg.Layers, cfg.MaxPos = 32, 8, 96, 1, 64
+	m, err := model.NewBuiltin(cfg, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eg := gembedded.New(m, 2)
-	s, err := New(Backend{Gen: eg, Scorer: eg, Model: testModel, Version: func() int64 { return 2 }, MaxModelLen: cfg.Context}, Options{})
+	s, err := New(Backend{Gen: eg, Scorer: eg, Model: testModel, Version: func() int64 { return 2 }, MaxModelLen: m.Context()}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/train"
 	tembedded "github.com/longhaul-rl/longhaul/train/embedded"
 	"github.com/longhaul-rl/longhaul/train/remote"
@@ -23,7 +22,7 @@ import (
 func TestWarmStartAgreement(t *testing.T) {
 	t.Parallel()
 	dir := tinyModel(t)
-	m, err := llama.LoadDir(dir)
+	m, err := model.LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +32,7 @@ func TestWarmStartAgreement(t *testing.T) {
 	spec := remote.WarmSpec{Steps: steps, WarmupSteps: 2, LR: 0.02}
 	woc := oc // what runner.warmOptim makes of the run's optimizer
 	woc.LR, woc.MinLR, woc.Schedule, woc.WarmupSteps, woc.TotalSteps = spec.LR, spec.LR, "constant", spec.WarmupSteps, steps
-	goWarm, err := llama.NewTrainer(m, woc)
+	goWarm, err := model.NewTrainer(m, woc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +72,7 @@ func TestWarmStartAgreement(t *testing.T) {
 	if w, s, err := py.WarmState(ctx); err != nil || w != steps || s != 0 {
 		t.Fatalf("PyTorch trainer after the warm start: warm_step %d, step %d, %v", w, s, err)
 	}
-	goT, err := tembedded.NewHF(m, oc, model.LossConfig{ClipLow: 0.2, ClipHigh: 0.28, Norm: model.NormTokenMean})
+	goT, err := tembedded.New(m, oc, model.LossConfig{ClipLow: 0.2, ClipHigh: 0.28, Norm: model.NormTokenMean})
 	if err != nil {
 		t.Fatal(err)
 	}

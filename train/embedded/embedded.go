@@ -1,9 +1,12 @@
-// Package embedded is the in-process Trainer over the embedded model.
+// Package embedded is the in-process Trainer over the embedded model
+// (model: the built-in configuration or a Llama/Qwen checkpoint).
 package embedded
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 
 	"github.com/longhaul-rl/longhaul/model"
@@ -21,7 +24,10 @@ const (
 // Trainer trains an embedded model with the PG loss (and SFT for warm
 // start). Step k publishes version k: the version is the optimizer step
 // count of RL steps, kept separately from the model's own step counter so a
-// warm start does not shift versions.
+// warm start does not shift versions. Its checkpoints and exports are
+// Hugging Face directories (config.json, model.safetensors, the tokenizer
+// files of a model loaded from one) plus trainer.state and trainer.json,
+// so any checkpoint loads in transformers or vLLM as it is.
 type Trainer struct {
 	t       *model.Trainer
 	oc      model.OptimConfig
@@ -65,8 +71,8 @@ func (t *Trainer) TrainStep(ctx context.Context, b train.Batch) (train.StepStats
 	default:
 		return train.StepStats{}, fmt.Errorf("embedded trainer: unknown loss %q", b.Loss)
 	}
-	mc := t.t.Model().Config()
-	if err := train.ValidateForModel(b, mc.Vocab, mc.Context); err != nil {
+	m := t.t.Model()
+	if err := train.ValidateForModel(b, m.Config().Vocab, m.Context()); err != nil {
 		return train.StepStats{}, fmt.Errorf("embedded trainer: %w", err)
 	}
 	seqs := make([]model.Sequence, len(b.Rows))
@@ -87,16 +93,16 @@ func (t *Trainer) State(context.Context) (train.State, error) {
 	return train.State{Step: t.version, Version: t.version}, nil
 }
 
-// SaveCheckpoint implements train.Trainer: weights (safetensors + config.json),
-// optimizer state and the version, written plainly through the storage
-// seam: the checkpoint writer (train/ckpt) fsyncs the directory's files
-// and publishes it by rename.
+// SaveCheckpoint implements train.Trainer: the HF directory, the optimizer
+// state and the version, written plainly through the storage seam: the
+// checkpoint writer (train/ckpt) fsyncs the directory's files and
+// publishes it by rename.
 func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 	fs := t.storage()
-	err := t.t.Model().WriteFilesWith(filepath.Join(dir, WeightsFile), func(p string, b []byte) error {
-		return store.PutFile(fs, p, b)
-	})
-	if err != nil {
+	create := func(p string) (io.WriteCloser, error) {
+		return fs.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	}
+	if err := t.t.Model().SaveDir(dir, model.SaveOptions{Create: create}); err != nil {
 		return fmt.Errorf("embedded trainer: %w", err)
 	}
 	return saveState(fs, dir, t.t.SaveState, t.version)
@@ -104,9 +110,14 @@ func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 
 // LoadCheckpoint implements train.Trainer.
 func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
-	m, err := model.Load(filepath.Join(dir, WeightsFile))
+	m, err := model.LoadDirWith(dir, model.LoadOptions{Copy: true})
 	if err != nil {
 		return err
+	}
+	if old := t.t.Model(); old.Context() != m.Context() {
+		if err := m.SetContext(old.Context()); err != nil {
+			return fmt.Errorf("embedded trainer: %w", err)
+		}
 	}
 	nt, err := model.NewTrainer(m, t.oc)
 	if err != nil {
@@ -120,8 +131,13 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 	return nil
 }
 
-// ExportWeights implements train.Trainer.
+// ExportWeights implements train.Trainer: path names the weights file of
+// an HF directory (…/model.safetensors), and the whole directory is
+// written; any other name gets the weights and config.json beside them.
 func (t *Trainer) ExportWeights(_ context.Context, path string) error {
+	if filepath.Base(path) == WeightsFile {
+		return t.t.Model().SaveDir(filepath.Dir(path), model.SaveOptions{})
+	}
 	return t.t.Model().SaveSafetensors(path)
 }
 

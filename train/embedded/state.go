@@ -12,8 +12,7 @@ import (
 	"github.com/longhaul-rl/longhaul/store"
 )
 
-// The optimizer state and version files of a checkpoint, the same for
-// both trainers (Trainer, HFTrainer); only the weights' format differs.
+// The optimizer state and version files of a checkpoint.
 
 type meta struct {
 	Version int64 `json:"version"`

@@ -1,4 +1,4 @@
-package llama
+package model
 
 import (
 	"context"
@@ -7,21 +7,19 @@ import (
 	"runtime"
 	"slices"
 	"testing"
-
-	"github.com/longhaul-rl/longhaul/model"
 )
 
-// TestGenerateLogprobsMatchTraining: the sampler's logprobs equal the
+// TestFamiliesGenerateMatchTraining: the sampler's logprobs equal the
 // training forward's (Logprobs on prompt+completion) bit for bit, for every
 // family, in a batch mixing greedy, temperature, top-k and top-p; a request
 // gives the same tokens alone as in the batch.
-func TestGenerateLogprobsMatchTraining(t *testing.T) {
+func TestFamiliesGenerateMatchTraining(t *testing.T) {
 	ctx := context.Background()
 	for name, cfg := range tinyConfigs() {
 		t.Run(name, func(t *testing.T) {
 			m := testModel(t, cfg, 11, 4)
 			r := rand.New(rand.NewPCG(1, 2))
-			reqs := []model.SampleRequest{
+			reqs := []SampleRequest{
 				{Prompt: randTokens(r, 5, cfg.Vocab), MaxTokens: 45, Temperature: 1, Seed: 1},
 				{Prompt: randTokens(r, 1, cfg.Vocab), MaxTokens: 20, Temperature: 0.7, TopK: 5, Seed: 2},
 				{Prompt: randTokens(r, 33, cfg.Vocab), MaxTokens: 0, Temperature: 1.3, TopP: 0.8, Seed: 3},
@@ -50,7 +48,7 @@ func TestGenerateLogprobsMatchTraining(t *testing.T) {
 				if q.MaxTokens == 0 && len(full) != m.Context() {
 					t.Errorf("request %d: stopped at %d tokens, context %d", i, len(full), m.Context())
 				}
-				alone, err := m.Generate(ctx, []model.SampleRequest{q})
+				alone, err := m.Generate(ctx, []SampleRequest{q})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -62,46 +60,46 @@ func TestGenerateLogprobsMatchTraining(t *testing.T) {
 	}
 }
 
-func TestGenerateStopsAndErrors(t *testing.T) {
+func TestFamiliesGenerateStops(t *testing.T) {
 	ctx := context.Background()
 	m := testModel(t, tinyConfigs()["qwen3"], 1, 4)
-	greedy, err := m.Generate(ctx, []model.SampleRequest{{Prompt: []int32{1, 2}, MaxTokens: 8}})
+	greedy, err := m.Generate(ctx, []SampleRequest{{Prompt: []int32{1, 2}, MaxTokens: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(greedy[0].Tokens) != 8 || greedy[0].Finish != model.FinishLength {
+	if len(greedy[0].Tokens) != 8 || greedy[0].Finish != FinishLength {
 		t.Fatalf("greedy: %+v", greedy[0])
 	}
 	stop := greedy[0].Tokens[3]
-	res, err := m.Generate(ctx, []model.SampleRequest{{Prompt: []int32{1, 2}, MaxTokens: 8, Stop: []int32{stop}}})
+	res, err := m.Generate(ctx, []SampleRequest{{Prompt: []int32{1, 2}, MaxTokens: 8, Stop: []int32{stop}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := slices.Index(greedy[0].Tokens, stop)
-	if res[0].Finish != model.FinishStop || len(res[0].Tokens) != first+1 {
+	if res[0].Finish != FinishStop || len(res[0].Tokens) != first+1 {
 		t.Fatalf("stop %d: %+v", stop, res[0])
 	}
 	for _, bad := range [][]int32{{}, {int32(m.cfg.Vocab)}, {-1}, make([]int32, m.Context()+1)} {
-		if _, err := m.Generate(ctx, []model.SampleRequest{{Prompt: bad}}); err == nil {
+		if _, err := m.Generate(ctx, []SampleRequest{{Prompt: bad}}); err == nil {
 			t.Errorf("prompt %v accepted", bad)
 		}
 	}
 }
 
-// TestTrainDeterministic: four steps give bit-identical weights and stats
+// TestFamiliesTrainDeterministic: four steps give bit-identical weights and stats
 // with GOMAXPROCS 1 and 2.
-func TestTrainDeterministic(t *testing.T) {
-	run := func(procs int) ([32]byte, []model.Stats) {
+func TestFamiliesTrainDeterministic(t *testing.T) {
+	run := func(procs int) ([32]byte, []Stats) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 		m := testModel(t, tinyConfigs()["qwen3"], 5, 2)
-		tr, err := NewTrainer(m, model.DefaultOptimConfig())
+		tr, err := NewTrainer(m, DefaultOptimConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
-		var sts []model.Stats
+		var sts []Stats
 		for s := range 4 {
 			seqs := testSeqs(t, m, []int{20, 9, 33, 5}, uint64(s))
-			st, err := tr.Step(context.Background(), seqs, model.LossConfig{Kind: model.LossPG})
+			st, err := tr.Step(context.Background(), seqs, LossConfig{Kind: LossPG})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,9 +114,9 @@ func TestTrainDeterministic(t *testing.T) {
 	}
 }
 
-func TestTrainLearns(t *testing.T) {
+func TestFamiliesTrainLearns(t *testing.T) {
 	m := testModel(t, tinyConfigs()["llama"], 5, 1)
-	oc := model.DefaultOptimConfig()
+	oc := DefaultOptimConfig()
 	oc.WarmupSteps, oc.LR = 0, 1e-2
 	tr, err := NewTrainer(m, oc)
 	if err != nil {
@@ -127,7 +125,7 @@ func TestTrainLearns(t *testing.T) {
 	seqs := testSeqs(t, m, []int{16, 16}, 9)
 	var first, last float64
 	for s := range 15 {
-		st, err := tr.Step(context.Background(), seqs, model.LossConfig{Kind: model.LossSFT})
+		st, err := tr.Step(context.Background(), seqs, LossConfig{Kind: LossSFT})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package llama
+package model
 
 // populate is a no-op off Linux: pages fault in as they are written.
 func populate([]byte) {}

@@ -1,4 +1,4 @@
-package llama
+package model
 
 import (
 	"encoding/binary"
@@ -106,7 +106,8 @@ func readChunk(f *os.File, jb readJob, lo, hi int, buf []byte) error {
 		return err
 	}
 	if jb.dtype == "BF16" {
-		widenBF16(out, raw)
+		// raw is 2-byte aligned (a fresh buffer), so it can be read as uint16s
+		widenBF16(out, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(raw))), len(out)))
 		return nil
 	}
 	for j := range out {
@@ -115,21 +116,7 @@ func readChunk(f *os.File, jb readJob, lo, hi int, buf []byte) error {
 	return nil
 }
 
-// widenBF16 sets dst[i] to the float32 whose bits are bfloat16 i of src
-// shifted up by 16 (exact). widenFast (AVX-512 or AVX2 where the build
-// has them) does the bulk; the rest is this loop.
-func widenBF16(dst []float32, src []byte) {
-	n := widenFast(dst, src)
-	if n == len(dst) {
-		return
-	}
-	// src is 2-byte aligned (a fresh buffer), so it can be read as uint16s
-	s := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(src))), len(dst))[n:]
-	d := dst[n:len(dst)]
-	for i, h := range s {
-		d[i] = fromBF16(h)
-	}
-}
-
 // fromBF16 widens a bfloat16 (exact).
 func fromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+func mathFloat32frombits(b uint32) float32 { return math.Float32frombits(b) }

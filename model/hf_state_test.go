@@ -1,23 +1,21 @@
-package llama
+package model
 
 import (
 	"bytes"
 	"context"
 	"path/filepath"
 	"testing"
-
-	"github.com/longhaul-rl/longhaul/model"
 )
 
-// TestResumeExact: weights (SaveDir) + trainer state at step 2, loaded and
+// TestFamiliesResumeExact: weights (SaveDir) + trainer state at step 2, loaded and
 // continued to 4, equal training straight to 4 bit for bit; corrupt or
 // truncated state is refused.
-func TestResumeExact(t *testing.T) {
+func TestFamiliesResumeExact(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfigs()["qwen3"]
-	oc := model.DefaultOptimConfig()
-	batch := func(m *Model, s int) []model.Sequence { return testSeqs(t, m, []int{12, 30}, uint64(s)) }
-	lc := model.LossConfig{Kind: model.LossPG}
+	oc := DefaultOptimConfig()
+	batch := func(m *Model, s int) []Sequence { return testSeqs(t, m, []int{12, 30}, uint64(s)) }
+	lc := LossConfig{Kind: LossPG}
 	straight := testModel(t, cfg, 4, 2)
 	tr, _ := NewTrainer(straight, oc)
 	for s := range 4 {

@@ -1,4 +1,4 @@
-package llama
+package model
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/longhaul-rl/longhaul/model"
 )
 
 const python = "/usr/bin/python3"
@@ -24,7 +22,7 @@ const python = "/usr/bin/python3"
 func requireTorch(t *testing.T) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "bench", "torch_llama.py")
+	script := filepath.Join(filepath.Dir(file), "..", "bench", "torch_llama.py")
 	err := exec.Command(python, "-c", "import torch, numpy").Run()
 	if err != nil {
 		if os.Getenv("LONGHAUL_REQUIRE_TORCH") == "1" {
@@ -93,21 +91,21 @@ func TestTorchCrossCheck(t *testing.T) {
 			}
 			fx["logit_seqs"], fx["go_logits"] = seqs, logits
 			batch := testSeqs(t, m, []int{24, 9, 40}, 6)
-			fx["batch"] = map[string]any{"tokens": col(batch, func(s model.Sequence) any { return s.Tokens }),
-				"mask": col(batch, func(s model.Sequence) any { return u8s(s.Mask) }), "advantages": col(batch, func(s model.Sequence) any { return s.Advantages }),
-				"old_logprobs": col(batch, func(s model.Sequence) any { return s.OldLogprobs })}
+			fx["batch"] = map[string]any{"tokens": col(batch, func(s Sequence) any { return s.Tokens }),
+				"mask": col(batch, func(s Sequence) any { return u8s(s.Mask) }), "advantages": col(batch, func(s Sequence) any { return s.Advantages }),
+				"old_logprobs": col(batch, func(s Sequence) any { return s.OldLogprobs })}
 			// Adam's eps is 1e-6 rather than 1e-8: a first step moves each weight
 			// by about lr·g/(|g|+eps), which for a gradient near zero (a k bias
 			// under rope is nearly softmax-invariant) turns float32 noise in g
 			// into a visible difference; 1e-6 keeps the comparison about the
 			// model rather than about the sign of noise.
-			oc := model.OptimConfig{LR: 1e-3, WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.95, Eps: 1e-6, GradClip: 1, Schedule: "constant"}
+			oc := OptimConfig{LR: 1e-3, WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.95, Eps: 1e-6, GradClip: 1, Schedule: "constant"}
 			fx["optim"] = map[string]any{"lr": oc.LR, "weight_decay": oc.WeightDecay, "beta1": oc.Beta1, "beta2": oc.Beta2, "eps": oc.Eps, "grad_clip": oc.GradClip}
 			tr, err := NewTrainer(m, oc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, err := tr.Step(context.Background(), batch, model.LossConfig{Kind: model.LossPG, ClipLow: 0.2, ClipHigh: 0.28})
+			st, err := tr.Step(context.Background(), batch, LossConfig{Kind: LossPG, ClipLow: 0.2, ClipHigh: 0.28})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +137,7 @@ func TestTorchCrossCheck(t *testing.T) {
 	}
 }
 
-func col(b []model.Sequence, f func(model.Sequence) any) []any {
+func col(b []Sequence, f func(Sequence) any) []any {
 	out := make([]any, len(b))
 	for i, s := range b {
 		out[i] = f(s)

@@ -1,4 +1,4 @@
-package llama
+package model
 
 import (
 	"encoding/json"

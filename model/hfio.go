@@ -1,4 +1,4 @@
-package llama
+package model
 
 import (
 	"bufio"
@@ -11,9 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
-	"unsafe"
+
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // Hugging Face model directories: config.json, then model.safetensors or
@@ -42,159 +42,6 @@ type stTensor struct {
 
 var dtypeSize = map[string]int{"F32": 4, "BF16": 2, "F16": 2}
 
-// LoadDir reads an HF model directory. Weights in F32, BF16 or F16 are
-// converted into the float32 slab tensor by tensor through a small buffer,
-// so loading holds one full copy of the model, never two.
-func LoadDir(dir string) (*Model, error) { return LoadDirWith(dir, LoadOptions{}) }
-
-// LoadOptions tune LoadDir's memory.
-type LoadOptions struct {
-	// HugePages asks for transparent huge pages for the float32 slab
-	// (MADV_HUGEPAGE). Off by default: with THP defrag "madvise" the
-	// faults stall in direct compaction, measured several times slower
-	// than 4 KiB pages on the build machine (docs/hf-models.md, "Loading").
-	HugePages bool
-}
-
-// LoadDirWith is LoadDir with options.
-func LoadDirWith(dir string, o LoadOptions) (*Model, error) {
-	b, err := os.ReadFile(filepath.Join(dir, configFile))
-	if err != nil {
-		return nil, fmt.Errorf("llama: load %s: %w", dir, err)
-	}
-	cfg, err := ParseConfig(b)
-	if err != nil {
-		return nil, fmt.Errorf("llama: load %s: %w", filepath.Join(dir, configFile), err)
-	}
-	files := map[string][]string{} // shard file -> tensors it must hold
-	if ib, err := os.ReadFile(filepath.Join(dir, indexFile)); err == nil {
-		var idx struct {
-			WeightMap map[string]string `json:"weight_map"`
-		}
-		if err := json.Unmarshal(ib, &idx); err != nil {
-			return nil, fmt.Errorf("llama: load %s: %w", filepath.Join(dir, indexFile), err)
-		}
-		for name, f := range idx.WeightMap {
-			if f != filepath.Base(f) || strings.HasPrefix(f, ".") {
-				return nil, fmt.Errorf("llama: load %s: tensor %q maps to file %q outside the directory", indexFile, name, f)
-			}
-			files[f] = append(files[f], name)
-		}
-	} else if errors.Is(err, os.ErrNotExist) {
-		files[weightFile] = nil
-	} else {
-		return nil, fmt.Errorf("llama: load %s: %w", dir, err)
-	}
-	m, err := newEmpty(cfg)
-	if err != nil {
-		return nil, err
-	}
-	m.srcDir = dir
-	if o.HugePages {
-		hugePages(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(m.w))), 4*len(m.w)))
-	}
-	spec := make(map[string]*tensorSpec, len(m.specs))
-	for i := range m.specs {
-		spec[m.specs[i].name] = &m.specs[i]
-	}
-	seen := map[string]bool{}
-	names := make([]string, 0, len(files))
-	for f := range files {
-		names = append(names, f)
-	}
-	sort.Strings(names)
-	bufs := new(readBufs)
-	for _, f := range names {
-		got, err := m.readShard(filepath.Join(dir, f), spec, seen, bufs)
-		if err != nil {
-			return nil, fmt.Errorf("llama: load %s: %w", filepath.Join(dir, f), err)
-		}
-		if want := files[f]; want != nil {
-			slices.Sort(want)
-			if !slices.Equal(want, got) {
-				return nil, fmt.Errorf("llama: load %s: holds tensors %v, the index says %v", f, got, want)
-			}
-		}
-	}
-	for _, s := range m.specs {
-		if !seen[s.name] {
-			return nil, fmt.Errorf("llama: load %s: tensor %q missing", dir, s.name)
-		}
-	}
-	return m, nil
-}
-
-// readShard reads one safetensors file into the slab and returns the
-// (sorted) tensor names it held.
-func (m *Model) readShard(path string, spec map[string]*tensorSpec, seen map[string]bool, bufs *readBufs) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	var hl [8]byte
-	if _, err := io.ReadFull(f, hl[:]); err != nil {
-		return nil, fmt.Errorf("safetensors: reading the header length: %w", err)
-	}
-	n := binary.LittleEndian.Uint64(hl[:])
-	if n > maxHeader || int64(n) > st.Size()-8 {
-		return nil, fmt.Errorf("safetensors: header length %d exceeds the file (%d bytes)", n, st.Size())
-	}
-	hdr := make([]byte, n)
-	if _, err := io.ReadFull(f, hdr); err != nil {
-		return nil, fmt.Errorf("safetensors: header: %w", err)
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(hdr, &raw); err != nil {
-		return nil, fmt.Errorf("safetensors: header: %w", err)
-	}
-	base, dataLen := int64(8+n), st.Size()-int64(8+n)
-	var names []string
-	var jobs []readJob
-	for name, r := range raw {
-		if name == "__metadata__" {
-			continue
-		}
-		if strings.HasSuffix(name, "rotary_emb.inv_freq") {
-			continue // a buffer older Llama checkpoints saved; recomputed from the config
-		}
-		s, ok := spec[name]
-		if !ok {
-			return nil, fmt.Errorf("safetensors: tensor %q is not part of a %s model with this config", name, m.cfg.Family)
-		}
-		if seen[name] {
-			return nil, fmt.Errorf("safetensors: tensor %q appears twice", name)
-		}
-		var t stTensor
-		if err := json.Unmarshal(r, &t); err != nil {
-			return nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
-		}
-		es, ok := dtypeSize[t.DType]
-		if !ok {
-			return nil, fmt.Errorf("safetensors: tensor %q has dtype %s (supported: F32, BF16, F16)", name, t.DType)
-		}
-		if !slices.Equal(t.Shape, s.shape) {
-			return nil, fmt.Errorf("safetensors: tensor %q has shape %v, config.json implies %v", name, t.Shape, s.shape)
-		}
-		b, e := t.DataOffsets[0], t.DataOffsets[1]
-		if b < 0 || e < b || e > dataLen || e-b != int64(es*s.size) {
-			return nil, fmt.Errorf("safetensors: tensor %q has bad data offsets [%d,%d) (%d bytes of data, %s×%d)", name, b, e, dataLen, t.DType, s.size)
-		}
-		jobs = append(jobs, readJob{name: name, off: base + b, dtype: t.DType, dst: m.w[s.off : s.off+s.size]})
-		seen[name] = true
-		names = append(names, name)
-	}
-	if err := readTensors(f, jobs, bufs); err != nil {
-		return nil, err
-	}
-	sort.Strings(names)
-	return names, nil
-}
-
 // f16ToF32 widens an IEEE half (exact).
 func f16ToF32(h uint16) float32 {
 	sign := uint32(h>>15) << 31
@@ -213,16 +60,6 @@ func f16ToF32(h uint16) float32 {
 		return v
 	}
 	return math.Float32frombits(sign | (exp+112)<<23 | frac<<13)
-}
-
-// bf16 rounds a float32 to bfloat16, to nearest even (NaN stays NaN).
-func bf16(v float32) uint16 {
-	u := math.Float32bits(v)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
 }
 
 // SaveOptions controls SaveDir.
@@ -246,16 +83,16 @@ func (m *Model) SaveDir(dir string, o SaveOptions) error {
 		o.DType = "F32"
 	}
 	if o.DType != "F32" && o.DType != "BF16" {
-		return fmt.Errorf("llama: save: dtype %q (want F32 or BF16)", o.DType)
+		return fmt.Errorf("model: save: dtype %q (want F32 or BF16)", o.DType)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("llama: save: %w", err)
+		return fmt.Errorf("model: save: %w", err)
 	}
 	cfg := m.cfg
 	cfg.SavedDType = map[string]string{"F32": "float32", "BF16": "bfloat16"}[o.DType]
 	cb, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
-		return fmt.Errorf("llama: save: %w", err)
+		return fmt.Errorf("model: save: %w", err)
 	}
 	if err := o.write(filepath.Join(dir, configFile), func(w io.Writer) error { _, err := w.Write(append(cb, '\n')); return err }); err != nil {
 		return err
@@ -273,7 +110,7 @@ func (m *Model) SaveDir(dir string, o SaveOptions) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("llama: save: %w", err)
+			return fmt.Errorf("model: save: %w", err)
 		}
 		if err := o.write(filepath.Join(dir, name), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 			return err
@@ -329,7 +166,7 @@ func (m *Model) saveWeights(dir string, o SaveOptions) error {
 	idx := filepath.Join(dir, indexFile)
 	if o.MaxShardBytes <= 0 {
 		if err := os.Remove(idx); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("llama: save: %w", err)
+			return fmt.Errorf("model: save: %w", err)
 		}
 		return nil
 	}
@@ -360,18 +197,30 @@ func (m *Model) encodeShard(w io.Writer, specs []tensorSpec, dtype string) error
 	binary.LittleEndian.PutUint64(hl[:], uint64(h.Len()))
 	bw.Write(hl[:])
 	bw.WriteString(h.String())
-	var b [4]byte
+	buf := make([]byte, 0, 1<<16)
 	for _, s := range specs {
-		for _, v := range m.w[s.off : s.off+s.size] {
-			if es == 2 {
-				binary.LittleEndian.PutUint16(b[:], bf16(v))
-			} else {
-				binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
+		var err error
+		m.tensorValues(m.specIndex(s.name), func(vs []float32) {
+			for _, v := range vs {
+				if es == 2 {
+					buf = binary.LittleEndian.AppendUint16(buf, kern.ToBF16(v))
+				} else {
+					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+				}
+				if len(buf) >= cap(buf)-4 {
+					if _, werr := bw.Write(buf); werr != nil && err == nil {
+						err = werr
+					}
+					buf = buf[:0]
+				}
 			}
-			if _, err := bw.Write(b[:es]); err != nil {
-				return err
-			}
+		})
+		if err != nil {
+			return err
 		}
+	}
+	if _, err := bw.Write(buf); err != nil {
+		return err
 	}
 	return bw.Flush()
 }
@@ -384,7 +233,7 @@ func (o SaveOptions) write(path string, write func(io.Writer) error) error {
 	}
 	f, err := o.Create(path)
 	if err != nil {
-		return fmt.Errorf("llama: write %s: %w", path, err)
+		return fmt.Errorf("model: write %s: %w", path, err)
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
 	err = write(bw)
@@ -395,7 +244,7 @@ func (o SaveOptions) write(path string, write func(io.Writer) error) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("llama: write %s: %w", path, err)
+		return fmt.Errorf("model: write %s: %w", path, err)
 	}
 	return nil
 }
@@ -403,7 +252,7 @@ func (o SaveOptions) write(path string, write func(io.Writer) error) error {
 func writeAtomic(path string, write func(io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("llama: write %s: %w", path, err)
+		return fmt.Errorf("model: write %s: %w", path, err)
 	}
 	tmp := f.Name()
 	err = f.Chmod(0o644)
@@ -421,7 +270,7 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("llama: write %s: %w", path, err)
+		return fmt.Errorf("model: write %s: %w", path, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package llama
+package model
 
 import (
 	"encoding/binary"
@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // TestWidenBF16 checks the vector and scalar widening against the
@@ -16,19 +18,19 @@ func TestWidenBF16(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	special := []uint16{0, 0x8000, 0x7f80, 0xff80, 0x7fc1, 0xffff, 0x0001, 0x807f, 0x3f80}
 	for n := range 70 {
-		src := make([]byte, 2*n)
+		src := make([]uint16, n)
 		for i := range n {
 			h := uint16(r.Uint32())
 			if i < len(special) {
 				h = special[(i+n)%len(special)]
 			}
-			binary.LittleEndian.PutUint16(src[2*i:], h)
+			src[i] = h
 		}
 		dst := make([]float32, n+1)
 		dst[n] = 42 // must stay untouched
 		widenBF16(dst[:n], src)
 		for i := range n {
-			want := uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16
+			want := uint32(src[i]) << 16
 			if got := math.Float32bits(dst[i]); got != want {
 				t.Fatalf("n=%d element %d: bits %#x, want %#x", n, i, got, want)
 			}
@@ -41,7 +43,7 @@ func TestWidenBF16(t *testing.T) {
 
 func BenchmarkWidenBF16(b *testing.B) {
 	const n = chunkElems
-	src := make([]byte, 2*n)
+	src := make([]uint16, n)
 	dst := make([]float32, n)
 	b.SetBytes(2 * n)
 	for b.Loop() {
@@ -70,7 +72,7 @@ func TestReadTensorsChunks(t *testing.T) {
 			case "F32":
 				file = binary.LittleEndian.AppendUint32(file, math.Float32bits(v))
 			case "BF16":
-				file = binary.LittleEndian.AppendUint16(file, bf16(v))
+				file = binary.LittleEndian.AppendUint16(file, kern.ToBF16(v))
 			case "F16":
 				file = binary.LittleEndian.AppendUint16(file, uint16(i%97+0x3c00)) // 1 + (i%97)/1024
 			}

@@ -1,4 +1,4 @@
-package llama
+package model
 
 import (
 	"encoding/binary"
@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/longhaul-rl/longhaul/model/kern"
 )
 
 // TestSaveLoadRoundTrip: init → save → load gives identical tensors and
@@ -111,10 +113,14 @@ func TestBF16Export(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if back.DType() != "BF16" || back.w != nil {
+		t.Fatalf("a BF16 checkpoint loaded as %s (slab %v): its matrices should stay BF16, mapped", back.DType(), back.w != nil)
+	}
+	bv := values(back)
 	for i, v := range m.w {
-		got := back.w[i]
-		if math.Float32bits(got) != uint32(bf16(v))<<16 {
-			t.Fatalf("element %d: %v loaded as %v, want bf16 %v", i, v, got, math.Float32frombits(uint32(bf16(v))<<16))
+		got := bv[i]
+		if math.Float32bits(got) != uint32(kern.ToBF16(v))<<16 {
+			t.Fatalf("element %d: %v loaded as %v, want bf16 %v", i, v, got, math.Float32frombits(uint32(kern.ToBF16(v))<<16))
 		}
 		if math.Abs(float64(got-v)) > math.Abs(float64(v))/256 {
 			t.Fatalf("element %d: %v -> %v beyond bf16 rounding", i, v, got)
@@ -123,8 +129,8 @@ func TestBF16Export(t *testing.T) {
 	if hdr := readHeader(t, filepath.Join(dir, weightFile)); hdr["model.norm.weight"].DType != "BF16" {
 		t.Fatalf("dtype %s", hdr["model.norm.weight"].DType)
 	}
-	if bf16(1.00390625) != 0x3f80 || bf16(1.01171875) != 0x3f82 { // ties to even
-		t.Fatalf("bf16 rounding: %x %x", bf16(1.00390625), bf16(1.01171875))
+	if kern.ToBF16(1.00390625) != 0x3f80 || kern.ToBF16(1.01171875) != 0x3f82 { // ties to even
+		t.Fatalf("bf16 rounding: %x %x", kern.ToBF16(1.00390625), kern.ToBF16(1.01171875))
 	}
 }
 
@@ -255,4 +261,11 @@ func TestLoadErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// values is every weight of m in slab order, as float32.
+func values(m *Model) []float32 {
+	var out []float32
+	m.eachValue(func(v []float32) { out = append(out, v...) })
+	return out
 }

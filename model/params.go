@@ -1,4 +1,4 @@
-package llama
+package model
 
 import "fmt"
 
@@ -12,20 +12,37 @@ type tensorSpec struct {
 	decay bool // AdamW weight decay (matrices and embeddings, not norms or biases)
 }
 
-type layerParams struct {
-	ln1, ln2          []float32 // (d)
-	wq, wk, wv, wo    []float32 // (H·hd, d), (K·hd, d), (K·hd, d), (d, H·hd)
-	bq, bk, bv, bo    []float32 // biases or nil
-	qnorm, knorm      []float32 // (hd) qwen3, or nil
-	wgate, wup, wdown []float32 // (F, d), (F, d), (d, F)
+// mat is one weight matrix, [out, in] row-major: float32 in the slab, or
+// bfloat16 bit patterns in a mapped checkpoint (generation reads them as
+// they are; kern widens each value exactly where it is used).
+type mat struct {
+	f []float32
+	h []uint16
 }
 
-// params are named views into a slab laid out by layout.
+// row returns row r (cols wide) of the matrix as float32 into dst.
+func (w mat) row(dst []float32, r, cols int) {
+	if w.f != nil {
+		copy(dst[:cols], w.f[r*cols:(r+1)*cols])
+		return
+	}
+	widenBF16(dst[:cols], w.h[r*cols:(r+1)*cols])
+}
+
+type layerParams struct {
+	ln1, ln2          []float32 // (d)
+	wq, wk, wv, wo    mat       // (H·hd, d), (K·hd, d), (K·hd, d), (d, H·hd)
+	bq, bk, bv, bo    []float32 // biases or nil
+	qnorm, knorm      []float32 // (hd) qwen3, or nil
+	wgate, wup, wdown mat       // (F, d), (F, d), (d, F)
+}
+
+// params are named views of the weights, laid out by layout.
 type params struct {
-	embed  []float32 // (V, d)
+	embed  mat // (V, d)
 	layers []layerParams
 	norm   []float32 // (d)
-	head   []float32 // (V, d): lm_head, or embed when tied
+	head   mat       // (V, d): lm_head, or embed when tied
 }
 
 func layout(c Config) []tensorSpec {
@@ -81,28 +98,49 @@ func numParams(specs []tensorSpec) int {
 	return s.off + s.size
 }
 
-// bind returns views of slab w by name.
-func bind(w []float32, c Config, specs []tensorSpec) params {
+// bind returns views of the weights by name: tensor i is f[i] (float32)
+// or, where f[i] is nil, h[i] (bfloat16; matrices only).
+func bind(c Config, specs []tensorSpec, f [][]float32, h [][]uint16) params {
 	c.fill()
-	by := make(map[string][]float32, len(specs))
-	for _, s := range specs {
-		by[s.name] = w[s.off : s.off+s.size : s.off+s.size]
+	fs, hs := make(map[string][]float32, len(specs)), make(map[string][]uint16, len(specs))
+	for i, s := range specs {
+		if f[i] != nil {
+			fs[s.name] = f[i]
+		} else if h != nil {
+			hs[s.name] = h[i]
+		}
 	}
-	p := params{embed: by["model.embed_tokens.weight"], norm: by["model.norm.weight"], layers: make([]layerParams, c.Layers)}
-	p.head = by["lm_head.weight"]
+	m := func(name string) mat { return mat{f: fs[name], h: hs[name]} }
+	p := params{embed: m("model.embed_tokens.weight"), norm: fs["model.norm.weight"], layers: make([]layerParams, c.Layers)}
+	p.head = m("lm_head.weight")
 	if c.Tied {
 		p.head = p.embed
 	}
 	for l := range p.layers {
-		g := func(s string) []float32 { return by[fmt.Sprintf("model.layers.%d.%s", l, s)] }
+		n := func(s string) string { return fmt.Sprintf("model.layers.%d.%s", l, s) }
+		g := func(s string) []float32 { return fs[n(s)] }
 		p.layers[l] = layerParams{
 			ln1: g("input_layernorm.weight"), ln2: g("post_attention_layernorm.weight"),
-			wq: g("self_attn.q_proj.weight"), wk: g("self_attn.k_proj.weight"), wv: g("self_attn.v_proj.weight"),
-			wo: g("self_attn.o_proj.weight"), bq: g("self_attn.q_proj.bias"), bk: g("self_attn.k_proj.bias"),
+			wq: m(n("self_attn.q_proj.weight")), wk: m(n("self_attn.k_proj.weight")), wv: m(n("self_attn.v_proj.weight")),
+			wo: m(n("self_attn.o_proj.weight")), bq: g("self_attn.q_proj.bias"), bk: g("self_attn.k_proj.bias"),
 			bv: g("self_attn.v_proj.bias"), bo: g("self_attn.o_proj.bias"),
 			qnorm: g("self_attn.q_norm.weight"), knorm: g("self_attn.k_norm.weight"),
-			wgate: g("mlp.gate_proj.weight"), wup: g("mlp.up_proj.weight"), wdown: g("mlp.down_proj.weight"),
+			wgate: m(n("mlp.gate_proj.weight")), wup: m(n("mlp.up_proj.weight")), wdown: m(n("mlp.down_proj.weight")),
 		}
 	}
 	return p
+}
+
+// slabViews are the tensors' views of a slab laid out by specs.
+func slabViews(w []float32, specs []tensorSpec) [][]float32 {
+	out := make([][]float32, len(specs))
+	for i, s := range specs {
+		out[i] = w[s.off : s.off+s.size : s.off+s.size]
+	}
+	return out
+}
+
+// bindSlab binds every tensor to its view of the float32 slab w.
+func bindSlab(w []float32, c Config, specs []tensorSpec) params {
+	return bind(c, specs, slabViews(w, specs), nil)
 }
