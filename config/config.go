@@ -8,7 +8,7 @@
 // its `enum` tag. docs/config.md is generated from these (go generate).
 package config
 
-//go:generate go run ./gendoc -o ../../docs/config.md
+//go:generate go run ./gendoc -o ../docs/config.md
 
 // Config is the whole run configuration. Field order is the order of the
 // generated documentation and of the example files.

@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite docs/config.md")
 
-const docPath = "../../docs/config.md"
+const docPath = "../docs/config.md"
 
 func TestDocsUpToDate(t *testing.T) {
 	want := Markdown()
@@ -77,7 +77,7 @@ func TestExampleMatchesDefault(t *testing.T) {
 }
 
 func TestNoCompactionExample(t *testing.T) {
-	c, err := Load("../../examples/ledger-nocompaction.yaml")
+	c, err := Load("../examples/ledger-nocompaction.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

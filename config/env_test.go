@@ -42,7 +42,7 @@ func TestEnvKeys(t *testing.T) {
 
 // TestEnvExample keeps examples/envs/notebook.yaml loadable and valid.
 func TestEnvExample(t *testing.T) {
-	c, err := Load("../../examples/envs/notebook.yaml")
+	c, err := Load("../examples/envs/notebook.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

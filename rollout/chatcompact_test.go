@@ -14,7 +14,7 @@ import (
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
 )
@@ -61,7 +61,7 @@ func testQwen3Compaction(t *testing.T, cc compaction.Config, mode bridge.History
 		s.System = "You keep a ledger."
 		return s
 	}
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	res, err := rollout.Run(ctx, mk(rec), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func testQwen3Compaction(t *testing.T, cc compaction.Config, mode bridge.History
 		if !near && cut%4 != 0 {
 			continue
 		}
-		rec2 := &rollouttest.Recorder{}
+		rec2 := &scripted.Recorder{}
 		for _, ev := range evs[:cut] {
 			_ = rec2.Record(ctx, ev)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
 	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
@@ -39,8 +39,8 @@ func calls(evs []runlog.Event) []runlog.CallFinished {
 // does: the bridge is a faithful generalisation of today's rendering.
 func TestBridgedByteTemplateMatchesByteLoop(t *testing.T) {
 	run := func(c lhtok.Chat) []runlog.Event {
-		rec := &rollouttest.Recorder{}
-		s := ledgerSpec(t, rollouttest.LedgerOracle(""), rec, rollout.Spec{}.Compaction)
+		rec := &scripted.Recorder{}
+		s := ledgerSpec(t, scripted.LedgerOracle(""), rec, rollout.Spec{}.Compaction)
 		s.Limits.ContextBudget = 0
 		s.Chat = c
 		if _, err := rollout.Run(context.Background(), s, nil); err != nil {
@@ -127,7 +127,7 @@ func testQwen3Rollout(t *testing.T, mode bridge.History) {
 		s.System = "You keep a ledger."
 		return s
 	}
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	if _, err := rollout.Run(ctx, mk(rec), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func testQwen3Rollout(t *testing.T, mode bridge.History) {
 	}
 	// Resume from every cut of the log: the same events follow.
 	for cut := 1; cut < len(evs); cut++ {
-		rec2 := &rollouttest.Recorder{}
+		rec2 := &scripted.Recorder{}
 		for _, ev := range evs[:cut] {
 			_ = rec2.Record(ctx, ev)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 )
 
 // retainer is a generator and a recorder that keep what the loop hands
@@ -140,7 +140,7 @@ func TestKeptSlicesNeverChange(t *testing.T) {
 	keepGoing := func(context.Context) (env.Environment, error) {
 		return reg.New("ledger", json.RawMessage(`{"stop_on_error":false}`))
 	}
-	long := &rollouttest.Func{Reply: func(gen.Request) (string, error) { return "9+9=18 and more", nil }}
+	long := &scripted.Func{Reply: func(gen.Request) (string, error) { return "9+9=18 and more", nil }}
 	n := 0
 	everyOther := func(context.Context, string, []int32) error {
 		if n++; n%2 == 1 {
@@ -156,9 +156,9 @@ func TestKeptSlicesNeverChange(t *testing.T) {
 		keepOn   bool
 		summary  string
 	}{
-		{"recency", rollouttest.LedgerOracle(""), recency, nil, false, ""},
-		{"summarize", rollouttest.LedgerOracle(compaction.DefaultSummaryRequest), summarizeCC, nil, false, compaction.DefaultSummaryRequest},
-		{"resample", rollouttest.LedgerOracle(""), recency, everyOther, false, ""},
+		{"recency", scripted.LedgerOracle(""), recency, nil, false, ""},
+		{"summarize", scripted.LedgerOracle(compaction.DefaultSummaryRequest), summarizeCC, nil, false, compaction.DefaultSummaryRequest},
+		{"resample", scripted.LedgerOracle(""), recency, everyOther, false, ""},
 		{"truncated", long, recency, nil, true, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -24,7 +24,7 @@ func Example() {
 	reg := env.Builtin()
 	task, _ := reg.Task("ledger", nil, seed, 0)
 	group := runlog.GroupID(7)
-	log := &rollouttest.Recorder{} // the controller's durable run log
+	log := &scripted.Recorder{} // the controller's durable run log
 
 	var members []advantage.Rollout
 	for m := range uint16(4) {
@@ -33,7 +33,7 @@ func Example() {
 			Seed: seed, Rollout: id, Attempt: 1, Task: task,
 			EnvSeed:   rng.Derive(seed, "env", uint64(group)),
 			NewEnv:    func(context.Context) (env.Environment, error) { return reg.New(task.Env, nil) },
-			Generator: rollouttest.LedgerOracle(""),
+			Generator: scripted.LedgerOracle(""),
 			Recorder:  log,
 			Limits: rollout.Limits{MaxTurns: 32, MaxTokensPerCall: env.LedgerMaxTokensPerCall,
 				ContextBudget: env.LedgerContextBudget},

@@ -9,7 +9,7 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	bt "github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
@@ -44,8 +44,8 @@ func (s *spyGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result
 
 func TestFramingFromChat(t *testing.T) {
 	for _, c := range []lhtok.Chat{nil, framedChat{}} {
-		g := &spyGen{inner: rollouttest.LedgerOracle("")}
-		spec := ledgerSpec(t, g, &rollouttest.Recorder{}, compaction.Config{})
+		g := &spyGen{inner: scripted.LedgerOracle("")}
+		spec := ledgerSpec(t, g, &scripted.Recorder{}, compaction.Config{})
 		spec.Chat = c
 		spec.Limits.MaxTurns = 2
 		if _, err := rollout.Run(context.Background(), spec, nil); err != nil {

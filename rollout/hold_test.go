@@ -16,7 +16,7 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 )
 
 // batchRecorder keeps each Record call's events as one batch and, like
@@ -112,7 +112,7 @@ func (g watchedGen) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Res
 
 func watchedSpec(t *testing.T, cc compaction.Config, rec *batchRecorder, taken *int) rollout.Spec {
 	rec.t, rec.taken = t, taken
-	s := ledgerSpec(t, watchedGen{rollouttest.LedgerOracle(compaction.DefaultSummaryRequest), t, rec, taken}, rec, cc)
+	s := ledgerSpec(t, watchedGen{scripted.LedgerOracle(compaction.DefaultSummaryRequest), t, rec, taken}, rec, cc)
 	s.NewEnv = func(context.Context) (env.Environment, error) {
 		e, err := reg.New("ledger", nil)
 		return watchedEnv{Environment: e, t: t, rec: rec, taken: taken, cancelAt: -1}, err
@@ -215,7 +215,7 @@ func TestHeldStepLoggedWhenCancelled(t *testing.T) {
 				e, err := reg.New("ledger", nil)
 				return watchedEnv{Environment: e, t: t, rec: rec, taken: &taken, cancelAt: tc.at, cancel: cancel}, err
 			}
-			s.Generator = rollouttest.LedgerOracle("") // the cancelled call must not be checked
+			s.Generator = scripted.LedgerOracle("") // the cancelled call must not be checked
 			_, err := rollout.Run(ctx, s, nil)
 			if err != context.Canceled {
 				t.Fatalf("Run: %v, want context.Canceled", err)
@@ -259,7 +259,7 @@ func TestHeldStepLoggedWhenCancelledInCall(t *testing.T) {
 			defer cancel()
 			rec, taken, calls := &batchRecorder{}, 0, 0
 			s := watchedSpec(t, recency, rec, &taken)
-			s.Generator = cancellingGen{inner: rollouttest.LedgerOracle(""), calls: &calls, at: at, cancel: cancel}
+			s.Generator = cancellingGen{inner: scripted.LedgerOracle(""), calls: &calls, at: at, cancel: cancel}
 			if _, err := rollout.Run(ctx, s, nil); err == nil {
 				t.Fatal("Run: no error after the cancel")
 			}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 )
 
 // TestRolloutLeavesAtSeal: a rollout whose calls are a gen.Caller's goes
@@ -17,7 +17,7 @@ import (
 func TestRolloutLeavesAtSeal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := gen.NewBatcher(ctx, rollouttest.LedgerOracle(""), 64, time.Second)
+	b := gen.NewBatcher(ctx, scripted.LedgerOracle(""), 64, time.Second)
 	spec := ledgerSpec(t, b, &batchRecorder{}, recency)
 	res, err := rollout.Run(gen.WithCaller(ctx, &gen.Caller{}), spec, nil)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/longhaul-rl/longhaul/env/httpenv"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/chat"
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
@@ -131,7 +131,7 @@ func TestQwen3ToolRolloutOverHTTP(t *testing.T) {
 			Limits: rollout.Limits{MaxTurns: 8, MaxTokensPerCall: 64},
 			System: "You read notebooks.", Chat: c, ToolParser: parser}
 	}
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	res, err := rollout.Run(ctx, mk(rec), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func TestQwen3ToolRolloutOverHTTP(t *testing.T) {
 	// (the server answers repeated keys from its store; a fresh instance
 	// is brought forward by replay, which records nothing).
 	for cut := 1; cut < len(evs); cut++ {
-		rec2 := &rollouttest.Recorder{}
+		rec2 := &scripted.Recorder{}
 		for _, ev := range evs[:cut] {
 			_ = rec2.Record(ctx, ev)
 		}

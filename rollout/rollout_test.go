@@ -17,7 +17,7 @@ import (
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 )
 
 var reg = env.Builtin()
@@ -70,8 +70,8 @@ func TestLedgerOracleNeedsCompaction(t *testing.T) {
 	ctx := context.Background()
 	for i := range 5 {
 		// With compaction: solved, and compaction fired 3 to 6 times.
-		rec := &rollouttest.Recorder{}
-		res, err := rollout.Run(ctx, ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency), nil)
+		rec := &scripted.Recorder{}
+		res, err := rollout.Run(ctx, ledgerSpec(t, scripted.LedgerOracle(""), rec, recency), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,8 +101,8 @@ func TestLedgerOracleNeedsCompaction(t *testing.T) {
 		}
 
 		// Without compaction: the context overflows the budget.
-		rec = &rollouttest.Recorder{}
-		res, err = rollout.Run(ctx, ledgerSpec(t, rollouttest.LedgerOracle(""), rec, compaction.Config{}), nil)
+		rec = &scripted.Recorder{}
+		res, err = rollout.Run(ctx, ledgerSpec(t, scripted.LedgerOracle(""), rec, compaction.Config{}), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,8 +114,8 @@ func TestLedgerOracleNeedsCompaction(t *testing.T) {
 
 func TestLedgerOracleSummarize(t *testing.T) {
 	cc := summarizeCC
-	rec := &rollouttest.Recorder{}
-	res, err := rollout.Run(context.Background(), ledgerSpec(t, rollouttest.LedgerOracle(compaction.DefaultSummaryRequest), rec, cc), nil)
+	rec := &scripted.Recorder{}
+	res, err := rollout.Run(context.Background(), ledgerSpec(t, scripted.LedgerOracle(compaction.DefaultSummaryRequest), rec, cc), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestResumeAtEveryCut(t *testing.T) {
 		snap   bool
 		reject bool
 	}
-	oracle := func() gen.Generator { return rollouttest.LedgerOracle(compaction.DefaultSummaryRequest) }
+	oracle := func() gen.Generator { return scripted.LedgerOracle(compaction.DefaultSummaryRequest) }
 	variants := []variant{
 		{name: "recency/snapshot", cc: recency, gen: oracle, snap: true},
 		{name: "recency/replay", cc: recency, gen: oracle},
@@ -199,7 +199,7 @@ func TestResumeAtEveryCut(t *testing.T) {
 				}
 				return s
 			}
-			rec := &rollouttest.Recorder{}
+			rec := &scripted.Recorder{}
 			want, err := rollout.Run(ctx, mk(v.gen(), rec), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -215,7 +215,7 @@ func TestResumeAtEveryCut(t *testing.T) {
 						logged[rollout.SampleSeed(42, id, c.Call)] = true
 					}
 				}
-				rec := &rollouttest.Recorder{}
+				rec := &scripted.Recorder{}
 				got, err := rollout.Run(ctx, mk(&strictGen{t: t, inner: v.gen(), logged: logged}, rec), full[:k:k])
 				if err != nil {
 					t.Fatalf("cut %d: %v", k, err)
@@ -257,8 +257,8 @@ func (f *flaky) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result,
 }
 
 func TestSelectionRejectsAndResamples(t *testing.T) {
-	rec := &rollouttest.Recorder{}
-	s := ledgerSpec(t, &flaky{inner: rollouttest.LedgerOracle("")}, rec, recency)
+	rec := &scripted.Recorder{}
+	s := ledgerSpec(t, &flaky{inner: scripted.LedgerOracle("")}, rec, recency)
 	s.Validator = rejectX
 	s.MaxResamples = 5
 	res, err := rollout.Run(context.Background(), s, nil)
@@ -290,9 +290,9 @@ func TestSelectionRejectsAndResamples(t *testing.T) {
 	}
 
 	// With no resamples allowed, the first rejection fails the rollout (data).
-	rec = &rollouttest.Recorder{}
+	rec = &scripted.Recorder{}
 	s.Recorder, s.MaxResamples = rec, 0
-	s.Generator = &flaky{inner: rollouttest.LedgerOracle("")}
+	s.Generator = &flaky{inner: scripted.LedgerOracle("")}
 	_, err = rollout.Run(context.Background(), s, nil)
 	var f *failure.Failure
 	if !errors.As(err, &f) || f.Class != failure.Data || !errors.Is(err, rollout.ErrSelectionExhausted) {
@@ -334,7 +334,7 @@ func TestFailureClasses(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", classed{failure.Infra}), failure.Infra},
 		{classed{failure.Data}, failure.Data},
 	} {
-		rec := &rollouttest.Recorder{}
+		rec := &scripted.Recorder{}
 		_, err := rollout.Run(context.Background(), ledgerSpec(t, failGen{tc.err}, rec, recency), nil)
 		if got := failure.ClassOf(err); got != tc.class {
 			t.Errorf("%v: class %s, want %s", tc.err, got, tc.class)
@@ -348,16 +348,16 @@ func TestFailureClasses(t *testing.T) {
 	// A cancelled context records nothing and returns the context's error.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rec := &rollouttest.Recorder{}
-	_, err := rollout.Run(ctx, ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency), nil)
+	rec := &scripted.Recorder{}
+	_, err := rollout.Run(ctx, ledgerSpec(t, scripted.LedgerOracle(""), rec, recency), nil)
 	if !errors.Is(err, context.Canceled) || len(rec.Events()) != 0 {
 		t.Fatalf("err %v, %d events", err, len(rec.Events()))
 	}
 }
 
 func TestLimits(t *testing.T) {
-	rec := &rollouttest.Recorder{}
-	s := ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency)
+	rec := &scripted.Recorder{}
+	s := ledgerSpec(t, scripted.LedgerOracle(""), rec, recency)
 	s.Limits.MaxTurns = 3
 	res, err := rollout.Run(context.Background(), s, nil)
 	if err != nil {
@@ -367,7 +367,7 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 	// The guess env with a bisecting agent.
-	rec = &rollouttest.Recorder{}
+	rec = &scripted.Recorder{}
 	task, err := reg.Task("guess", json.RawMessage(`{"size":16}`), 3, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -385,11 +385,11 @@ func TestLimits(t *testing.T) {
 }
 
 // bisect is a scripted guess agent: it narrows [lo, hi] from the feedback.
-func bisect() *rollouttest.Func {
-	return &rollouttest.Func{Reply: func(req gen.Request) (string, error) {
+func bisect() *scripted.Func {
+	return &scripted.Func{Reply: func(req gen.Request) (string, error) {
 		lo, hi := 0, 0
 		var last int
-		for _, m := range rollouttest.Messages(req.Prompt) {
+		for _, m := range scripted.Messages(req.Prompt) {
 			switch {
 			case strings.HasPrefix(m.Content, "guess 0-"):
 				fmt.Sscanf(m.Content, "guess 0-%d", &hi)
@@ -410,16 +410,16 @@ func bisect() *rollouttest.Func {
 var summarizeCC = compaction.Config{Policy: compaction.PolicySummarize, Threshold: 36}
 
 func TestRecorderFailure(t *testing.T) {
-	rec := &rollouttest.Recorder{Fail: errors.New("disk full")}
-	_, err := rollout.Run(context.Background(), ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency), nil)
+	rec := &scripted.Recorder{Fail: errors.New("disk full")}
+	_, err := rollout.Run(context.Background(), ledgerSpec(t, scripted.LedgerOracle(""), rec, recency), nil)
 	if failure.ClassOf(err) != failure.Infra || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("err %v", err)
 	}
 }
 
 func TestMaxSampledTokens(t *testing.T) {
-	rec := &rollouttest.Recorder{}
-	s := ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency)
+	rec := &scripted.Recorder{}
+	s := ledgerSpec(t, scripted.LedgerOracle(""), rec, recency)
 	s.Limits.MaxSampledTokens = 23 // 6 per answer: stops after 4 answers
 	res, err := rollout.Run(context.Background(), s, nil)
 	if err != nil {
@@ -447,8 +447,8 @@ func (f flipEnv) Step(ctx context.Context, a string) (env.StepResult, error) {
 
 func TestResumeDivergence(t *testing.T) {
 	ctx := context.Background()
-	rec := &rollouttest.Recorder{}
-	if _, err := rollout.Run(ctx, ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency), nil); err != nil {
+	rec := &scripted.Recorder{}
+	if _, err := rollout.Run(ctx, ledgerSpec(t, scripted.LedgerOracle(""), rec, recency), nil); err != nil {
 		t.Fatal(err)
 	}
 	full := rec.Events()
@@ -456,13 +456,13 @@ func TestResumeDivergence(t *testing.T) {
 	// A changed compaction config no longer matches the logged prompts.
 	other := recency
 	other.KeepTurns = 3
-	_, err := rollout.Run(ctx, ledgerSpec(t, rollouttest.LedgerOracle(""), &rollouttest.Recorder{}, other), cut)
+	_, err := rollout.Run(ctx, ledgerSpec(t, scripted.LedgerOracle(""), &scripted.Recorder{}, other), cut)
 	if !errors.Is(err, rollout.ErrDiverged) || failure.ClassOf(err) != failure.Data {
 		t.Fatalf("changed config: %v", err)
 	}
 	// A non-deterministic environment is caught on replay.
 	n := 0
-	s := ledgerSpec(t, rollouttest.LedgerOracle(""), &rollouttest.Recorder{}, recency)
+	s := ledgerSpec(t, scripted.LedgerOracle(""), &scripted.Recorder{}, recency)
 	s.NewEnv = func(context.Context) (env.Environment, error) {
 		e, err := reg.New("ledger", nil)
 		return flipEnv{Environment: e, n: &n}, err
@@ -480,8 +480,8 @@ func TestResumeDivergence(t *testing.T) {
 func TestRestartAfterDivergence(t *testing.T) {
 	ctx := context.Background()
 	reg := env.Builtin()
-	rec := &rollouttest.Recorder{}
-	if _, err := rollout.Run(ctx, ledgerSpec(t, rollouttest.LedgerOracle(""), rec, recency), nil); err != nil {
+	rec := &scripted.Recorder{}
+	if _, err := rollout.Run(ctx, ledgerSpec(t, scripted.LedgerOracle(""), rec, recency), nil); err != nil {
 		t.Fatal(err)
 	}
 	before := rec.Events()[:10] // an attempt cut mid-episode
@@ -493,13 +493,13 @@ func TestRestartAfterDivergence(t *testing.T) {
 	}
 	id := runlog.RolloutID{Group: 9, Member: 1}
 	// The log as the controller writes it: the restart is an attempt.
-	log := &rollouttest.Recorder{}
+	log := &scripted.Recorder{}
 	for _, ev := range before {
 		log.Record(ctx, ev)
 	}
 	log.Record(ctx, runlog.AttemptStarted{Rollout: id, Attempt: 2, Restart: true})
 	n := 0
-	s := ledgerSpec(t, rollouttest.LedgerOracle(""), log, recency)
+	s := ledgerSpec(t, scripted.LedgerOracle(""), log, recency)
 	s.Attempt = 2
 	s.NewEnv = func(context.Context) (env.Environment, error) {
 		e, err := reg.New("ledger", nil)

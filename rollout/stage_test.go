@@ -19,7 +19,7 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 )
 
 // stagingRecorder is a rollout.Stager in memory with the run log's order:
@@ -119,7 +119,7 @@ func stagedRunSeal(t *testing.T, rec rollout.Recorder, local bool, failAt int32,
 	if _, ok := rec.(*stagingRecorder); !ok {
 		durable = nil
 	}
-	spec := ledgerSpec(t, countedGen{rollouttest.LedgerOracle(""), &made, failAt}, rec, recency)
+	spec := ledgerSpec(t, countedGen{scripted.LedgerOracle(""), &made, failAt}, rec, recency)
 	spec.StageSeal = stageSeal
 	spec.NewEnv = func(context.Context) (env.Environment, error) {
 		e, err := reg.New("ledger", nil)

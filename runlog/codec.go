@@ -9,7 +9,12 @@ import (
 	"math"
 )
 
-type enc struct{ b []byte }
+// enc appends an event's encoding to b; put, when set, stores a call's
+// token arrays in the blob store (the log's encoding).
+type enc struct {
+	b   []byte
+	put putBlob
+}
 
 func (e *enc) u8(v uint8)    { e.b = append(e.b, v) }
 func (e *enc) uv(v uint64)   { e.b = binary.AppendUvarint(e.b, v) }

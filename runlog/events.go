@@ -2,7 +2,8 @@ package runlog
 
 // This file is the event schema: the contract between the run log and every
 // package that records facts (controller, rollout, train). Field meanings are
-// documented here; the binary encoding lives in encode.go.
+// documented here; each kind's encoding is its row in kinds.go (adding a
+// kind: its struct here, its row and codec there, its case in apply.go).
 
 // Kind names an event type. Values are part of the on-disk format: append
 // new kinds at the end, never renumber.

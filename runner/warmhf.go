@@ -13,7 +13,7 @@ import (
 	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
@@ -71,7 +71,7 @@ func (o *chatOracle) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Re
 		}
 		lp := make([]float32, len(toks))
 		for i := range lp {
-			lp[i] = rollouttest.Logprob
+			lp[i] = scripted.Logprob
 		}
 		out = append(out, gen.Result{Tokens: toks, Logprobs: lp, Finish: finish})
 	}

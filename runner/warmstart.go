@@ -14,7 +14,7 @@ import (
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
@@ -43,10 +43,10 @@ type demoChat struct {
 	parser toolcall.Parser
 }
 
-// scripted is oracle as a generator speaking ch's tokens.
-func scripted(ch *demoChat, oracle textOracle) gen.Generator {
+// oracleGen is oracle as a generator speaking ch's tokens.
+func oracleGen(ch *demoChat, oracle textOracle) gen.Generator {
 	if ch == nil {
-		return &rollouttest.Func{Reply: func(req gen.Request) (string, error) { return oracle(tokenizer.Parse(req.Prompt)) }}
+		return &scripted.Func{Reply: func(req gen.Request) (string, error) { return oracle(tokenizer.Parse(req.Prompt)) }}
 	}
 	return &chatOracle{tok: ch.chat.Tokenizer(), reply: oracle}
 }
@@ -98,7 +98,7 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 	if s, ok := policy.(compaction.Summarizer); ok {
 		summary = s.SummaryRequest()
 	}
-	oracle := scripted(ch, mk(summary))
+	oracle := oracleGen(ch, mk(summary))
 	seed := rng.Derive(cfg.Run.Seed, "warmstart")
 	var rows []train.Row
 	for i := 0; len(rows) < n; i++ {
@@ -106,7 +106,7 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 		if err != nil {
 			return nil, err
 		}
-		rec := &rollouttest.Recorder{}
+		rec := &scripted.Recorder{}
 		id := runlog.RolloutID{Group: runlog.GroupID(i)}
 		spec := ch.spec(controller.RolloutSpec(&ccfg, reg, task, id, 1, rng.Derive(seed, "env", uint64(i)), oracle, rec), cfg)
 		if _, err := rollout.Run(ctx, spec, nil); err != nil {

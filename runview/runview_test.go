@@ -15,7 +15,7 @@ import (
 
 func run(t *testing.T) string {
 	t.Helper()
-	cfg, err := config.Load(filepath.Join("..", "..", "examples", "ledger-tiny.yaml"))
+	cfg, err := config.Load(filepath.Join("..", "examples", "ledger-tiny.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

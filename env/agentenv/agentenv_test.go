@@ -23,7 +23,7 @@ import (
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 )
 
 func agentCommand(t *testing.T) []string {
@@ -37,8 +37,8 @@ func agentCommand(t *testing.T) []string {
 }
 
 // gen answers from the prompt alone (deterministic), counting calls.
-func generator() *rollouttest.Func {
-	return &rollouttest.Func{Reply: func(r gen.Request) (string, error) { return fmt.Sprint(len(r.Prompt) % 10), nil }}
+func generator() *scripted.Func {
+	return &scripted.Func{Reply: func(r gen.Request) (string, error) { return fmt.Sprint(len(r.Prompt) % 10), nil }}
 }
 
 func spec(t *testing.T, cmd []string, g gen.Generator, rec rollout.Recorder) rollout.Spec {
@@ -60,7 +60,7 @@ func spec(t *testing.T, cmd []string, g gen.Generator, rec rollout.Recorder) rol
 func TestAgentReplayAtEveryCut(t *testing.T) {
 	cmd := agentCommand(t)
 	ctx := context.Background()
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	g := generator()
 	res, err := rollout.Run(ctx, spec(t, cmd, g, rec), nil)
 	if err != nil {
@@ -79,7 +79,7 @@ func TestAgentReplayAtEveryCut(t *testing.T) {
 	}
 	for _, k := range []int{0, 1, 2, len(full) / 2, len(full) - 2, len(full) - 1, len(full)} {
 		prior := slices.Clone(full[:k])
-		rec := &rollouttest.Recorder{}
+		rec := &scripted.Recorder{}
 		g := generator()
 		if _, err := rollout.Run(ctx, spec(t, cmd, g, rec), prior); err != nil {
 			t.Fatalf("cut %d: %v", k, err)
@@ -105,7 +105,7 @@ func TestAgentReplayAtEveryCut(t *testing.T) {
 func TestAgentDivergence(t *testing.T) {
 	cmd := agentCommand(t)
 	ctx := context.Background()
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	if _, err := rollout.Run(ctx, spec(t, cmd, generator(), rec), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestAgentDivergence(t *testing.T) {
 	c.Sampled = append(tokenizer.Encode("x"), c.Sampled...) // the agent will echo another reply
 	c.Logprobs = append([]float32{-1}, c.Logprobs...)
 	prior[1] = c
-	rec2 := &rollouttest.Recorder{}
+	rec2 := &scripted.Recorder{}
 	_, err := rollout.Run(ctx, spec(t, cmd, generator(), rec2), prior)
 	if !errors.Is(err, rollout.ErrDiverged) || failure.ClassOf(err) != failure.Data {
 		t.Fatalf("err = %v, want a data failure wrapping ErrDiverged", err)
@@ -131,7 +131,7 @@ func TestAgentFailures(t *testing.T) {
 		{"import sys; sys.stderr.write('line1\\nagent broke: no key\\n'); sys.exit(3)", "agent broke: no key"},
 		{"pass", "without posting its reward"},
 	} {
-		rec := &rollouttest.Recorder{}
+		rec := &scripted.Recorder{}
 		_, err := rollout.Run(context.Background(), spec(t, []string{py, "-c", tc.script}, generator(), rec), nil)
 		if failure.ClassOf(err) != failure.Data || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%q: err = %v, want a data failure with %q", tc.script, err, tc.want)
@@ -157,7 +157,7 @@ func TestOpenAINodeSDKAgent(t *testing.T) {
 		t.Skip("test/node/node_modules missing: run npm ci in test/node")
 	}
 	cmd := []string{node, filepath.Join(dir, "agent.mjs")}
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	g := generator()
 	res, err := rollout.Run(context.Background(), spec(t, cmd, g, rec), nil)
 	if err != nil {
@@ -168,7 +168,7 @@ func TestOpenAINodeSDKAgent(t *testing.T) {
 	}
 	full := rec.Events()
 	k := len(full) / 2
-	rec2 := &rollouttest.Recorder{}
+	rec2 := &scripted.Recorder{}
 	g2 := generator()
 	if _, err := rollout.Run(context.Background(), spec(t, cmd, g2, rec2), slices.Clone(full[:k])); err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestAgentHangs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	_, err := rollout.Run(ctx, spec(t, []string{py, "-c", "import time; time.sleep(60)"}, generator(), &rollouttest.Recorder{}), nil)
+	_, err := rollout.Run(ctx, spec(t, []string{py, "-c", "import time; time.sleep(60)"}, generator(), &scripted.Recorder{}), nil)
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 10*time.Second {
 		t.Fatalf("err = %v after %v, want the deadline within seconds", err, time.Since(t0))
 	}

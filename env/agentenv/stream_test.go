@@ -19,7 +19,7 @@ import (
 	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/chat"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
@@ -45,7 +45,7 @@ func prompts(evs []runlog.Event) [][]int32 {
 func resumeAt(t *testing.T, full []runlog.Event, k int, mk func(rollout.Recorder) (rollout.Spec, func() int)) {
 	t.Helper()
 	prior := slices.Clone(full[:k])
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	s, calls := mk(rec)
 	if _, err := rollout.Run(context.Background(), s, prior); err != nil {
 		t.Fatalf("cut %d: %v", k, err)
@@ -76,7 +76,7 @@ func TestPythonToolAgentStreaming(t *testing.T) {
 			cmd := append(agentCommand(t), mode...)
 			mk := func(rec rollout.Recorder) (rollout.Spec, func() int) {
 				// "answer N" on every other prompt length: a tool call.
-				g := &rollouttest.Func{Reply: func(r gen.Request) (string, error) {
+				g := &scripted.Func{Reply: func(r gen.Request) (string, error) {
 					if len(r.Prompt)%2 == 0 {
 						return fmt.Sprintf("answer %d", len(r.Prompt)%10), nil
 					}
@@ -86,7 +86,7 @@ func TestPythonToolAgentStreaming(t *testing.T) {
 				s.Limits.MaxTokensPerCall, s.Limits.ContextBudget = 12, 400
 				return s, g.Calls
 			}
-			rec := &rollouttest.Recorder{}
+			rec := &scripted.Recorder{}
 			s, calls := mk(rec)
 			res, err := rollout.Run(context.Background(), s, nil)
 			if err != nil {
@@ -178,7 +178,7 @@ func TestOpenAINodeSDKStreamingToolAgent(t *testing.T) {
 		s.Chat, s.ToolParser = c, parser
 		return s, func() int { return g.n }
 	}
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	s, calls := mk(rec)
 	res, err := rollout.Run(context.Background(), s, nil)
 	if err != nil {
@@ -233,7 +233,7 @@ assert json.loads(events[-3])["choices"][0]["finish_reason"] == "stop", events
 req = urllib.request.Request(os.environ["LONGHAUL_REWARD_URL"], json.dumps({"reward": 1}).encode(), {"Content-Type": "application/json"})
 urllib.request.urlopen(req, timeout=30).read()
 `
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	res, err := rollout.Run(context.Background(), spec(t, []string{py, "-c", script}, generator(), rec), nil)
 	if err != nil || res.Outcome != runlog.OutcomeCompleted || res.Reward != 1 {
 		t.Fatalf("%+v, %v", res, err)

@@ -18,7 +18,7 @@ import (
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
-	"github.com/longhaul-rl/longhaul/testkit/rollouttest"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 )
 
 func server(t *testing.T) (*httpenv.Server, *httptest.Server) {
@@ -94,19 +94,19 @@ func TestRolloutOverHTTP(t *testing.T) {
 		return rollout.Spec{
 			Seed: 1, Rollout: runlog.RolloutID{Group: 1}, Attempt: 1, Task: task,
 			NewEnv:    func(context.Context) (env.Environment, error) { return httpenv.New(ts.URL, "", nil), nil },
-			Generator: rollouttest.LedgerOracle(""), Recorder: rec,
+			Generator: scripted.LedgerOracle(""), Recorder: rec,
 			Limits:     rollout.Limits{MaxTurns: 40, MaxTokensPerCall: env.LedgerMaxTokensPerCall, ContextBudget: env.LedgerContextBudget},
 			Compaction: compaction.Config{Policy: compaction.PolicyRecency, KeepTurns: env.LedgerKeepTurns, Threshold: env.LedgerCompactThreshold},
 		}
 	}
-	rec := &rollouttest.Recorder{}
+	rec := &scripted.Recorder{}
 	res, err := rollout.Run(ctx, spec(rec), nil)
 	if err != nil || !res.Success {
 		t.Fatalf("%+v %v", res, err)
 	}
 	full := rec.Events()
 	for k := 0; k < len(full); k++ {
-		rec := &rollouttest.Recorder{}
+		rec := &scripted.Recorder{}
 		if _, err := rollout.Run(ctx, spec(rec), full[:k:k]); err != nil {
 			t.Fatalf("cut %d: %v", k, err)
 		}

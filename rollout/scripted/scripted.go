@@ -1,7 +1,8 @@
-// Package rollouttest holds test doubles for the rollout loop: a scripted
+// Package scripted drives the rollout loop from a script: a scripted
 // generator, an in-memory recorder, and a scripted oracle agent for the
-// ledger environment (also usable to make supervised warm-start data).
-package rollouttest
+// ledger environment. The warm start makes its demonstrations with them;
+// tests use them as doubles of a model.
+package scripted
 
 import (
 	"context"

@@ -1,0 +1,116 @@
+package longhaul
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/longhaul-rl/longhaul"
+
+// floors puts every top-level folder (or a deeper one named on its own) on
+// a floor: a package may import packages on lower floors, and packages of
+// its own folder. The flow reads from the top: the CLI and the wiring,
+// then the controller, the rollout machinery, the stores and the engine.
+var floors = map[string]int{
+	"cmd":        12,
+	"bench":      12,
+	"runner":     11,
+	"runview":    11,
+	"testkit":    11, // the kill -9 proofs run whole runs
+	"config":     10,
+	"controller": 9,
+	"metrics":    8,
+	"batch":      7,
+	"rollout":    6,
+	"advantage":  6,
+	"compaction": 5,
+	"segment":    5,
+	"server":     5,
+	"env":        4,
+	"gen":        4,
+	"train":      4,
+	"tokenizer":  4,
+	"runlog":     4,
+	"data":       3,
+	"examples":   3,
+	"model":      2,
+	"model/kern": 1,
+	"failure":    0,
+	"store":      0,
+	"internal":   0,
+}
+
+// floorOf returns the floor and the folder of a package path inside the
+// module: the longest folder in floors that holds it.
+func floorOf(rel string) (int, string, bool) {
+	for p := rel; p != "." && p != ""; p = filepath.Dir(p) {
+		if f, ok := floors[p]; ok {
+			return f, p, true
+		}
+	}
+	return 0, "", false
+}
+
+// TestNoImportRunsBackUp reads every non-test Go file's imports and fails
+// on one that names a package on a higher floor, or a folder of the same
+// floor other than its own (floors are layers, not neighbourhoods).
+func TestNoImportRunsBackUp(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != "." && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "testdata" || n == "python") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		dir := filepath.Dir(path)
+		if dir == "." {
+			return nil
+		}
+		from, fromDir, ok := floorOf(dir)
+		if !ok {
+			t.Errorf("%s: folder %s has no floor in layout_test.go", path, dir)
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			rel, ok := strings.CutPrefix(p, module+"/")
+			if !ok {
+				continue
+			}
+			checked++
+			to, toDir, ok := floorOf(rel)
+			switch {
+			case !ok:
+				t.Errorf("%s imports %s, which has no floor", path, rel)
+			case to > from:
+				t.Errorf("%s (%s, floor %d) imports %s (%s, floor %d): an import runs back up", path, fromDir, from, rel, toDir, to)
+			case to == from && toDir != fromDir:
+				t.Errorf("%s (%s) imports %s (%s) on its own floor %d: put one of them lower", path, fromDir, rel, toDir, to)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("only %d module imports read: the walk missed the tree", checked)
+	}
+}
