@@ -10,9 +10,9 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
-	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/train"
 )
 

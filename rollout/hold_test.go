@@ -15,8 +15,8 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
+	"github.com/longhaul-rl/longhaul/runlog"
 )
 
 // batchRecorder keeps each Record call's events as one batch and, like

@@ -15,9 +15,9 @@ import (
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
-	"github.com/longhaul-rl/longhaul/rollout/scripted"
 )
 
 var reg = env.Builtin()

@@ -18,8 +18,8 @@ import (
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
+	"github.com/longhaul-rl/longhaul/runlog"
 )
 
 // stagingRecorder is a rollout.Stager in memory with the run log's order:

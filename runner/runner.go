@@ -24,7 +24,7 @@ import (
 	"github.com/longhaul-rl/longhaul/metrics/promtrain"
 	"github.com/longhaul-rl/longhaul/metrics/tb"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
@@ -276,7 +276,7 @@ func Dataset(cfg *config.Config, reg *env.Registry) (data.Dataset, error) {
 // byte tokenizer.
 func ModelConfig(cfg *config.Config) model.Config {
 	mc := model.DefaultConfig()
-	mc.Vocab = tokenizer.VocabSize
+	mc.Vocab = rollout.DefaultChat.Tokenizer().VocabSize()
 	m := cfg.Model
 	mc.Layers, mc.Dim, mc.Heads, mc.KVHeads, mc.Hidden, mc.MaxPos = m.Layers, m.Dim, m.Heads, m.Heads, m.Hidden, m.Context
 	mc.HeadDim = m.Dim / max(m.Heads, 1)

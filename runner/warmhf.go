@@ -11,9 +11,8 @@ import (
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
-	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
+	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
@@ -81,13 +80,13 @@ func (o *chatOracle) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Re
 // chatMLMessages splits a ChatML render into its turns. An assistant
 // turn's think block ("<think>...</think>") is dropped, as the rollout's
 // parser drops it from the action; an open last turn (the generation
-// prompt) is an empty assistant message, as tokenizer.Parse gives it.
-func chatMLMessages(text string) ([]tokenizer.Message, error) {
+// prompt) is an empty assistant message, as bytetok.Parse gives it.
+func chatMLMessages(text string) ([]lhtok.Message, error) {
 	const open, end = "<|im_start|>", "<|im_end|>"
 	if !strings.HasPrefix(text, open) {
 		return nil, fmt.Errorf("warmstart: the prompt is not ChatML (warm start with model.path supports Qwen2/Qwen3 templates): %.40q", text)
 	}
-	var out []tokenizer.Message
+	var out []lhtok.Message
 	for _, turn := range strings.Split(text, open)[1:] {
 		role, body, ok := strings.Cut(turn, "\n")
 		if !ok {
@@ -99,7 +98,7 @@ func chatMLMessages(text string) ([]tokenizer.Message, error) {
 				body = after
 			}
 		}
-		out = append(out, tokenizer.Message{Role: tokenizer.Role(role), Content: strings.TrimSpace(body)})
+		out = append(out, lhtok.Message{Role: role, Content: strings.TrimSpace(body)})
 	}
 	return out, nil
 }

@@ -10,11 +10,10 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
-	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
@@ -26,14 +25,14 @@ import (
 // compaction policy asks for summaries, is given).
 var oracles = map[string]func(summaryRequest string) textOracle{
 	"ledger": func(s string) textOracle {
-		return func(msgs []tokenizer.Message) (string, error) { return env.LedgerOracle(msgs, s) }
+		return func(msgs []lhtok.Message) (string, error) { return env.LedgerOracle(msgs, s) }
 	},
 	"guess": func(string) textOracle { return env.GuessOracle },
 }
 
 // textOracle answers a conversation with the text of the next assistant
 // turn.
-type textOracle func(msgs []tokenizer.Message) (string, error)
+type textOracle func(msgs []lhtok.Message) (string, error)
 
 // demoChat is the chat a warm start's rollouts render through: nil for the
 // byte template, else the run's Chat (tokenizer.*), so the demonstrations
@@ -46,7 +45,7 @@ type demoChat struct {
 // oracleGen is oracle as a generator speaking ch's tokens.
 func oracleGen(ch *demoChat, oracle textOracle) gen.Generator {
 	if ch == nil {
-		return &scripted.Func{Reply: func(req gen.Request) (string, error) { return oracle(tokenizer.Parse(req.Prompt)) }}
+		return &scripted.Func{Reply: func(req gen.Request) (string, error) { return oracle(scripted.Messages(req.Prompt)) }}
 	}
 	return &chatOracle{tok: ch.chat.Tokenizer(), reply: oracle}
 }

@@ -17,7 +17,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/train"
 )
@@ -404,8 +405,8 @@ func (pl *Plan) breakError(c *runlog.CallFinished, w, d int) error {
 	prompt := append(slices.Clone(cur[:p]), c.PromptSuffix...)
 	return &BreakError{
 		Rollout: c.Rollout, Call: c.Call, Pos: d, ContextLen: len(cur), PromptLen: plen, From: from,
-		Context: ellipsis(from > 0, tokenizer.Decode(cur[from:min(len(cur), d+w)]), d+w < len(cur)),
-		Prompt:  ellipsis(from > 0, tokenizer.Decode(prompt[from:min(plen, d+w)]), d+w < plen),
+		Context: ellipsis(from > 0, bytetok.Decode(cur[from:min(len(cur), d+w)]), d+w < len(cur)),
+		Prompt:  ellipsis(from > 0, bytetok.Decode(prompt[from:min(plen, d+w)]), d+w < plen),
 	}
 }
 

@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 )
 
 // Limits of the request fields (OpenAI's, loosened where vLLM is looser).
@@ -121,7 +122,7 @@ func (s *Server) validate(sp *sampling, defMax int, extraStops ...int32) (params
 		if ti := s.be.TokenIDs; ti != nil {
 			p.stopIDs = append(p.stopIDs, ti.Stop...)
 		} else {
-			p.stopIDs = append(p.stopIDs, tokenizer.EOS)
+			p.stopIDs = append(p.stopIDs, bytetok.EOS)
 		}
 	}
 	return p, nil
@@ -166,9 +167,9 @@ func parsePrompt(raw json.RawMessage, bos bool, vocab int, ti *TokenIDs) ([][]in
 	text := func(s string) []int32 {
 		var out []int32
 		if bos {
-			out = append(out, tokenizer.BOS)
+			out = append(out, bytetok.BOS)
 		}
-		return tokenizer.AppendEncode(out, s)
+		return bytetok.AppendEncode(out, s)
 	}
 	var one string
 	var strs []string
@@ -226,7 +227,7 @@ func (s *Server) vocabSize() int {
 	if s.be.TokenIDs != nil {
 		return s.be.TokenIDs.Vocab
 	}
-	return tokenizer.VocabSize
+	return bytetok.VocabSize
 }
 
 // choice is one sampled completion after stop-string cutting.
@@ -396,7 +397,7 @@ func tokenString(t int32, asIDs bool) string {
 		// A lone high byte is not UTF-8; spell it as OpenAI does.
 		return fmt.Sprintf("bytes:\\x%02x", t)
 	}
-	return tokenizer.Decode([]int32{t})
+	return bytetok.Decode([]int32{t})
 }
 
 type usage struct {

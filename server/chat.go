@@ -7,7 +7,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // ---- /v1/chat/completions ----
@@ -29,24 +30,24 @@ type chatRequest struct {
 	StreamOptions       json.RawMessage `json:"stream_options"`
 }
 
-func toMessages(in []chatMessage) ([]tokenizer.Message, error) {
+func toMessages(in []chatMessage) ([]lhtok.Message, error) {
 	if len(in) == 0 {
 		return nil, badParam("messages", "messages must not be empty.")
 	}
-	out := make([]tokenizer.Message, len(in))
+	out := make([]lhtok.Message, len(in))
 	for i, m := range in {
-		role := tokenizer.Role(m.Role)
+		role := m.Role
 		if m.Role == "developer" {
-			role = tokenizer.RoleSystem // OpenAI's newer name for the system role
+			role = lhtok.RoleSystem // OpenAI's newer name for the system role
 		}
-		if _, err := tokenizer.RoleToken(role); err != nil {
+		if _, err := bytetok.RoleToken(role); err != nil {
 			return nil, badParam(fmt.Sprintf("messages[%d].role", i), "unknown role %q.", m.Role)
 		}
 		text, err := contentText(m.Content)
 		if err != nil {
 			return nil, badParam(fmt.Sprintf("messages[%d].content", i), "%s", err.Error())
 		}
-		out[i] = tokenizer.Message{Role: role, Content: text}
+		out[i] = lhtok.Message{Role: role, Content: text}
 	}
 	return out, nil
 }
@@ -137,7 +138,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, err)
 		return
 	}
-	prompt, err := tokenizer.Render(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+	prompt, err := bytetok.Render(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
 	if err != nil {
 		s.writeParamError(w, badParam("messages", "%s", err.Error()))
 		return
@@ -150,8 +151,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		def = max(ml-len(prompt), 1)
 	}
 	stream := req.Stream
-	req.Stream = false                                      // validate refuses it for the engine routes
-	p, err := s.validate(&req.sampling, def, tokenizer.End) // the assistant's turn ends at End
+	req.Stream = false                                    // validate refuses it for the engine routes
+	p, err := s.validate(&req.sampling, def, bytetok.End) // the assistant's turn ends at End
 	if err == nil && deref(req.TopLogprobs) > 0 && !req.Logprobs {
 		err = badParam("top_logprobs", "top_logprobs needs logprobs: true.")
 	}

@@ -8,9 +8,10 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 )
 
 // newModelServer serves a small random embedded model (the real sampler
@@ -75,7 +76,7 @@ const lpTol = 1e-4
 
 func TestTopLogprobsFromModel(t *testing.T) {
 	ts, m := newModelServer(t)
-	prompt := append([]int32{tokenizer.BOS}, tokenizer.Encode("the cat")...)
+	prompt := append([]int32{bytetok.BOS}, bytetok.Encode("the cat")...)
 	r := do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 6, "seed": 3,
 		"logprobs": 3, "return_token_ids": true, "ignore_eos": true})
 	if r.status != 200 {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // sseEvents splits an SSE body into its data payloads, checking the
@@ -248,7 +248,7 @@ func TestStopReason(t *testing.T) {
 	for _, ch := range chat.Choices {
 		if ch.FinishReason == "stop" {
 			ended++
-			if ch.TokenIDs[len(ch.TokenIDs)-1] != tokenizer.End || string(ch.StopReason) != "null" {
+			if ch.TokenIDs[len(ch.TokenIDs)-1] != bytetok.End || string(ch.StopReason) != "null" {
 				t.Fatalf("end of turn: %+v", ch)
 			}
 		}
@@ -262,7 +262,7 @@ func itoa(t int32) string { b, _ := json.Marshal(t); return string(b) }
 
 func TestTextDeltas(t *testing.T) {
 	// "é" is two bytes; a stop string has already cut the text's tail.
-	toks := []int32{'a', 0xc3, 0xa9, 'b', 'c', tokenizer.End}
+	toks := []int32{'a', 0xc3, 0xa9, 'b', 'c', bytetok.End}
 	for _, tc := range []struct {
 		text string
 		want []string

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // ---- /tokenize, /detokenize (vLLM shapes) ----
@@ -47,7 +47,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			s.writeParamError(w, err)
 			return
 		}
-		if toks, err = tokenizer.Render(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt); err != nil {
+		if toks, err = bytetok.Render(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt); err != nil {
 			s.writeParamError(w, badParam("messages", "%s", err.Error()))
 			return
 		}
@@ -92,10 +92,10 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, t := range req.Tokens {
-		if t < 0 || t >= tokenizer.VocabSize {
-			s.writeParamError(w, badParam("tokens", "token id %d is out of range [0, %d).", t, tokenizer.VocabSize))
+		if t < 0 || t >= bytetok.VocabSize {
+			s.writeParamError(w, badParam("tokens", "token id %d is out of range [0, %d).", t, bytetok.VocabSize))
 			return
 		}
 	}
-	writeJSON(w, s.version(), http.StatusOK, map[string]string{"prompt": tokenizer.Decode(req.Tokens)})
+	writeJSON(w, s.version(), http.StatusOK, map[string]string{"prompt": bytetok.Decode(req.Tokens)})
 }

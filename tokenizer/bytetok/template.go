@@ -1,4 +1,4 @@
-// Package tokenizer is longhaul's byte-level tokenizer and chat template.
+// The byte-level tokenizer and its chat template.
 //
 // Ids 0..255 are raw bytes; the ids above them are special tokens that never
 // appear in encoded text, so any byte string round-trips exactly and a special
@@ -13,11 +13,13 @@
 // token; the model writes the content and ends its turn by sampling END, which
 // is the stop token. A summary written by the model during compaction is
 // carried forward as a SUMMARY message.
-package tokenizer
+package bytetok
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // Special token ids.
@@ -37,39 +39,21 @@ const (
 
 var specialNames = [...]string{"<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|summary|>", "<|end|>"}
 
-// Role is a message author.
-type Role string
-
-// Roles of the chat template.
-const (
-	RoleSystem    Role = "system"
-	RoleUser      Role = "user"
-	RoleAssistant Role = "assistant"
-	RoleTool      Role = "tool"
-	RoleSummary   Role = "summary"
-)
-
-// Message is one chat message.
-type Message struct {
-	Role    Role   `json:"role"`
-	Content string `json:"content"`
-}
-
 // RoleToken returns the marker token of a role.
-func RoleToken(r Role) (int32, error) {
+func RoleToken(r string) (int32, error) {
 	switch r {
-	case RoleSystem:
+	case tokenizer.RoleSystem:
 		return System, nil
-	case RoleUser:
+	case tokenizer.RoleUser:
 		return User, nil
-	case RoleAssistant:
+	case tokenizer.RoleAssistant:
 		return Assistant, nil
-	case RoleTool:
+	case tokenizer.RoleTool:
 		return Tool, nil
-	case RoleSummary:
+	case tokenizer.RoleSummary:
 		return Summary, nil
 	}
-	return 0, fmt.Errorf("tokenizer: unknown role %q", r)
+	return 0, fmt.Errorf("bytetok: unknown role %q", r)
 }
 
 // Encode returns the byte tokens of s (no special tokens).
@@ -119,7 +103,7 @@ func DecodeText(toks []int32) string {
 func IsSpecial(t int32) bool { return t >= BOS && t < VocabSize }
 
 // AppendMessage appends one rendered message (ROLE content END).
-func AppendMessage(dst []int32, m Message) ([]int32, error) {
+func AppendMessage(dst []int32, m tokenizer.Message) ([]int32, error) {
 	rt, err := RoleToken(m.Role)
 	if err != nil {
 		return dst, err
@@ -131,7 +115,7 @@ func AppendMessage(dst []int32, m Message) ([]int32, error) {
 
 // Render renders a conversation. With generate set it ends with the
 // ASSISTANT marker so the model continues as the assistant.
-func Render(msgs []Message, generate bool) ([]int32, error) {
+func Render(msgs []tokenizer.Message, generate bool) ([]int32, error) {
 	n := 2
 	for _, m := range msgs {
 		n += len(m.Content) + 2
@@ -154,8 +138,8 @@ func Render(msgs []Message, generate bool) ([]int32, error) {
 // (the inverse of Render for text content). A trailing role marker with no
 // END yields a message with the text so far, e.g. the empty assistant turn
 // of a generation prompt.
-func Parse(toks []int32) []Message {
-	var out []Message
+func Parse(toks []int32) []tokenizer.Message {
+	var out []tokenizer.Message
 	open := false
 	var content []byte
 	flush := func() {
@@ -164,18 +148,18 @@ func Parse(toks []int32) []Message {
 		}
 	}
 	for _, t := range toks {
-		var role Role
+		var role string
 		switch t {
 		case System:
-			role = RoleSystem
+			role = tokenizer.RoleSystem
 		case User:
-			role = RoleUser
+			role = tokenizer.RoleUser
 		case Assistant:
-			role = RoleAssistant
+			role = tokenizer.RoleAssistant
 		case Tool:
-			role = RoleTool
+			role = tokenizer.RoleTool
 		case Summary:
-			role = RoleSummary
+			role = tokenizer.RoleSummary
 		case End, BOS, EOS:
 			flush()
 			open = false
@@ -187,7 +171,7 @@ func Parse(toks []int32) []Message {
 			continue
 		}
 		flush()
-		out = append(out, Message{Role: role})
+		out = append(out, tokenizer.Message{Role: role})
 		open, content = true, content[:0]
 	}
 	flush()
