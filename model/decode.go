@@ -61,7 +61,7 @@ type decodeLayer struct {
 // (small models only; a no-op while they are fresh). The caller holds
 // m.prep.
 func (m *Model) transposeDecode() {
-	if m.ResidentBytes() > copyMaxBytes {
+	if !m.decodeCopies() {
 		m.dc = nil
 		return
 	}
@@ -79,28 +79,53 @@ func (m *Model) transposeDecode() {
 	if dc.ver == m.wver {
 		return
 	}
-	m.ensureF32()
+	row := make([]float32, max(d, f, q))
 	for l := range dc.layers {
 		lp, dl := &m.p.layers[l], &dc.layers[l]
-		transposeInto(dl.qkv, q+2*kv, 0, lp.wq.f, q, d)
-		transposeInto(dl.qkv, q+2*kv, q, lp.wk.f, kv, d)
-		transposeInto(dl.qkv, q+2*kv, q+kv, lp.wv.f, kv, d)
-		kern.Transpose(dl.o, lp.wo.f, d, q)
-		transposeInto(dl.fc, 2*f, 0, lp.wgate.f, f, d)
-		transposeInto(dl.fc, 2*f, f, lp.wup.f, f, d)
-		kern.Transpose(dl.down, lp.wdown.f, d, f)
+		transposeInto(dl.qkv, q+2*kv, 0, lp.wq, q, d, row)
+		transposeInto(dl.qkv, q+2*kv, q, lp.wk, kv, d, row)
+		transposeInto(dl.qkv, q+2*kv, q+kv, lp.wv, kv, d, row)
+		transposeInto(dl.o, d, 0, lp.wo, d, q, row)
+		transposeInto(dl.fc, 2*f, 0, lp.wgate, f, d, row)
+		transposeInto(dl.fc, 2*f, f, lp.wup, f, d, row)
+		transposeInto(dl.down, d, 0, lp.wdown, d, f, row)
 	}
-	kern.Transpose(dc.head, m.p.head.f, c.Vocab, d)
+	transposeInto(dc.head, c.Vocab, 0, m.p.head, c.Vocab, d, row)
 	dc.ver = m.wver
 }
 
-// transposeInto writes srcᵀ (src r×c) into columns [col, col+r) of dst,
-// whose rows are ld wide.
-func transposeInto(dst []float32, ld, col int, src []float32, r, c int) {
-	for i := range r {
-		row := src[i*c : (i+1)*c]
-		for j, v := range row {
-			dst[j*ld+col+i] = v
+// decodeCopies reports whether decode keeps transposed copies: for models
+// of at most copyMaxBytes (tests lower the bound, Model.copyMax).
+func (m *Model) decodeCopies() bool {
+	limit := int64(copyMaxBytes)
+	if m.copyMax != 0 {
+		limit = m.copyMax
+	}
+	return m.ResidentBytes() <= limit
+}
+
+// transposeInto writes wᵀ (w r×c, float32 or bfloat16 widened) into
+// columns [col, col+r) of dst, whose rows are ld wide; row is scratch of
+// c floats.
+func transposeInto(dst []float32, ld, col int, w mat, r, c int, row []float32) {
+	if w.f == nil {
+		for i := range r {
+			w.row(row, i, c)
+			for j, v := range row[:c] {
+				dst[j*ld+col+i] = v
+			}
+		}
+		return
+	}
+	const blk = 16 // blocks of 16×16: both sides' lines stay in L1
+	for i0 := 0; i0 < r; i0 += blk {
+		for j0 := 0; j0 < c; j0 += blk {
+			for i := i0; i < min(i0+blk, r); i++ {
+				src := w.f[i*c : (i+1)*c]
+				for j := j0; j < min(j0+blk, c); j++ {
+					dst[j*ld+col+i] = src[j]
+				}
+			}
 		}
 	}
 }

@@ -106,7 +106,7 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 // the weights from memory and needs both cores' bandwidth (its Generate
 // splits each product's columns over the cores).
 func (m *Model) Lanes() int {
-	if m.ResidentBytes() > copyMaxBytes {
+	if !m.decodeCopies() {
 		return 1
 	}
 	return nShards

@@ -56,6 +56,7 @@ type Model struct {
 	prefillShards [nShards]int // of those, the tokens each shard computed
 	fromCache     int          // prompt positions the last Generate took from the prefix cache
 	pkey, pkeyVer uint64       // the prefix cache's key for these weights, and the wver it was made at
+	copyMax       int64        // tests: the largest model decode keeps copies of (0: copyMaxBytes)
 }
 
 // New returns a model initialised as transformers does from seed:
