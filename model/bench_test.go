@@ -23,7 +23,7 @@ func benchConfigs() map[string]Config {
 func BenchmarkTrainStep(b *testing.B) {
 	for _, name := range []string{"A_L2_d128_ctx256", "B_L4_d256_ctx512"} {
 		cfg := benchConfigs()[name]
-		for _, shape := range [][2]int{{8, 256}, {2, cfg.MaxPos}} {
+		for _, shape := range [][2]int{{8, 256}, {2, cfg.MaxPos}, {64, 48}} {
 			b.Run(fmt.Sprintf("%s/%dx%d", name, shape[0], shape[1]), func(b *testing.B) {
 				m, err := New(cfg, 1)
 				if err != nil {

@@ -61,7 +61,7 @@ type layerActs struct {
 	qraw, kraw   []float32 // (T, H·hd), (T, K·hd) projections (+bias), before q/k norm
 	qrstd, krstd []float32 // (T·H), (T·K) q/k norm (qwen3)
 	q            []float32 // (H, T, hd) queries after norm and rope
-	probs        []float32 // training: H × T·T attention probabilities, block layout; else H × attnBlock·ctx
+	probs        []float32 // training: H heads' attention probabilities of a batch, block layout
 	att          []float32 // (T, H·hd) heads merged
 	x2, ln2      []float32 // (T, d)
 	rstd2        []float32 // (T)
@@ -84,6 +84,7 @@ type workspace struct {
 	qn, kn []float32 // (T, H·hd), (T, K·hd) normed q/k scratch
 	hout   []float32 // (H, T, hd)
 	e      []float32 // (V)
+	iprobs []float32 // H × attnBlock·ctx: forward's attention probabilities, one block at a time
 
 	// backward
 	dlogits, dx, dln, datt []float32
@@ -94,9 +95,9 @@ type workspace struct {
 	grad                   []float32
 	g                      params
 	// training computes the head only on the rows that predict a trained
-	// token (rows); sel and dsel are those rows of lnf and of its gradient
-	rows      []int32
+	// token; sel and dsel are those rows of lnf and of its gradient
 	sel, dsel []float32 // (T, d)
+	b         batch
 
 	// par > 1 spreads forward's products (row blocks, kern's Par forms)
 	// and attention heads over that many goroutines: for a prefill the
@@ -142,15 +143,13 @@ func (m *Model) newWorkspace(T int, train bool) *workspace {
 	}
 	if train {
 		for l := range ws.layers {
-			ws.layers[l] = acts()
-			ws.layers[l].probs = mk(H * T * T)
+			ws.layers[l] = acts() // probs: growProbs
 		}
 		ws.kv = newKV(c, T, false)
 	} else {
 		// one set of activations for every layer (nothing is kept for a
 		// backward): what a long prefill of a big model needs
 		a := acts()
-		a.probs = mk(H * attnBlock * m.ctx)
 		for l := range ws.layers {
 			ws.layers[l] = a
 		}
@@ -162,7 +161,7 @@ func (m *Model) newWorkspace(T int, train bool) *workspace {
 		ws.dhout, ws.dq, ws.dk, ws.dv, ws.dp = mk(T*q), mk(T*q), mk(T*kv), mk(T*kv), mk(attnBlock*T)
 		ws.dqn, ws.dkn, ws.dvr, ws.dqraw, ws.dkraw = mk(T*q), mk(T*kv), mk(T*kv), mk(T*q), mk(T*kv)
 		ws.dgate, ws.dup, ws.dact = mk(T*f), mk(T*f), mk(T*f)
-		ws.sel, ws.dsel, ws.rows = mk(T*d), mk(T*d), make([]int32, 0, T)
+		ws.sel, ws.dsel = mk(T*d), mk(T*d)
 		ws.grad = mk(numParams(m.specs))
 		ws.g = bindSlab(ws.grad, c, m.specs)
 	}
@@ -203,17 +202,12 @@ func (m *Model) mlp(lp *layerParams, out, ln, gate, up, sig, act []float32, n, p
 	linForward(out, act, lp.wdown, nil, n, f, d, true, par)
 }
 
-// forward runs positions p0..p0+len(toks)−1 of one sequence. kv holds the
-// keys and values of positions < p0 and receives the new ones. It leaves
-// the logits in ws.logits: every row's; with lastOnly only the last row's
-// (in row 0); with rows non-nil, row i is position rows[i]'s.
-//
-// The head is most of a step's work with a large vocabulary (V × d
-// multiply-adds per row, three times in training), and a training row whose
-// next token is not trained has a zero gradient, so training passes only
-// the trained rows: every other number is the same as with all rows (the
-// rows left out only ever added exact zeros to a sum).
-func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv *kvCache, lastOnly bool, rows []int32) {
+// forward runs positions p0..p0+len(toks)−1 of one sequence (inference:
+// prefill, Logprobs). kv holds the keys and values of positions < p0 and
+// receives the new ones. It leaves the logits in ws.logits: every row's;
+// with lastOnly only the last row's (in row 0). Its per-row arithmetic is forwardBatch's
+// (training's), so the sampler's logprobs are the trainer's.
+func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv *kvCache, lastOnly bool) {
 	c := m.cfg
 	n, d, H, K, hd, T := len(toks), c.Dim, c.Heads, c.KVHeads, c.HeadDim, ws.T
 	half, rep, q, kvw, kT := hd/2, H/K, H*hd, K*hd, kv.T
@@ -245,13 +239,13 @@ func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv *kvCache, lastOn
 			}
 		}
 		ps := attnBlock * m.ctx
-		if ws.train {
-			ps = T * T
+		if len(ws.iprobs) < H*ps {
+			ws.iprobs = make([]float32, H*ps)
 		}
 		heads := func(h0, h1 int) {
 			for h := h0; h < h1; h++ {
 				g := h / rep
-				attnForward(ws.hout[h*T*hd:], a.probs[h*ps:], a.q[h*T*hd:], lkv.k[g*kT*hd:], lkv.v[g*kT*hd:], p0, n, hd, scale, ws.train)
+				attnForward(ws.hout[h*T*hd:], ws.iprobs[h*ps:], a.q[h*T*hd:], lkv.k[g*kT*hd:], lkv.v[g*kT*hd:], p0, n, hd, scale, false)
 			}
 		}
 		if par > 1 {
@@ -279,89 +273,5 @@ func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv *kvCache, lastOn
 		r0 = n - 1
 	}
 	rmsnormForward(ws.lnf, ws.rstdf, ws.xf[r0*d:], m.p.norm, n-r0, d, eps)
-	src, nr := ws.lnf, n-r0
-	if rows != nil {
-		for i, r := range rows {
-			copy(ws.sel[i*d:(i+1)*d], ws.lnf[int(r)*d:])
-		}
-		src, nr = ws.sel, len(rows)
-	}
-	linForward(ws.logitsRows(nr, c.Vocab), src, m.p.head, nil, nr, d, c.Vocab, false, par)
-}
-
-// backward back-propagates ws.dlogits (one row per ws.rows entry) through
-// the forward just run on toks (from position 0, keys and values in
-// ws.kv) with those rows, accumulating parameter gradients into ws.grad.
-func (m *Model) backward(ws *workspace, toks []int32) {
-	c := m.cfg
-	n, d, H, K, hd, f, T, V := len(toks), c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.Hidden, ws.T, c.Vocab
-	half, rep, q, kvw := hd/2, c.Heads/c.KVHeads, H*hd, K*hd
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	p, g := &m.p, &ws.g
-
-	nr := len(ws.rows)
-	kern.MatMul(ws.dsel, ws.dlogits, p.head.f, nr, V, d, false)
-	kern.MatMulTN(g.head.f, ws.dlogits, ws.sel, V, nr, d, true)
-	clear(ws.dln[:n*d])
-	for i, r := range ws.rows {
-		copy(ws.dln[int(r)*d:(int(r)+1)*d], ws.dsel[i*d:])
-	}
-	clear(ws.dx[:n*d])
-	rmsnormBackward(ws.dx, g.norm, ws.dln, ws.xf, ws.rstdf, p.norm, n, d)
-
-	for l := c.Layers - 1; l >= 0; l-- {
-		a, lp, gl, lkv := &ws.layers[l], &p.layers[l], &g.layers[l], &ws.kv.l[l]
-		// MLP: out = x2 + down(silu(gate)·up), gate/up = proj(ln2)
-		linBackward(ws.dact, gl.wdown.f, nil, ws.dx, a.act, lp.wdown.f, n, f, d, false)
-		swigluBackward(ws.dgate[:n*f], ws.dup, ws.dact, a.gate[:n*f], a.up, a.sig)
-		linBackward(ws.dln, gl.wgate.f, nil, ws.dgate, a.ln2, lp.wgate.f, n, d, f, false)
-		linBackward(ws.dln, gl.wup.f, nil, ws.dup, a.ln2, lp.wup.f, n, d, f, true)
-		rmsnormBackward(ws.dx, gl.ln2, ws.dln, a.x2, a.rstd2, lp.ln2, n, d)
-
-		// attention: x2 = x + o_proj(att)
-		linBackward(ws.datt, gl.wo.f, gl.bo, ws.dx, a.att, lp.wo.f, n, q, d, false)
-		for r := range n {
-			for h := range H {
-				copy(ws.dhout[(h*T+r)*hd:(h*T+r+1)*hd], ws.datt[r*q+h*hd:])
-			}
-		}
-		clear(ws.dk)
-		clear(ws.dv)
-		for h := range H {
-			o, gk := h*T*hd, (h/rep)*T*hd
-			attnBackward(ws.dq[o:], ws.dk[gk:], ws.dv[gk:], ws.dp, ws.dhout[o:], a.probs[h*T*T:], a.q[o:], lkv.k[gk:], lkv.v[gk:], n, hd, scale)
-		}
-		for r := range n {
-			cs, sn := m.cos[r*half:(r+1)*half], m.sin[r*half:(r+1)*half]
-			for h := range H {
-				dst := ws.dqn[r*q+h*hd : r*q+(h+1)*hd]
-				copy(dst, ws.dq[(h*T+r)*hd:])
-				ropeBackward(dst, cs, sn)
-			}
-			for gi := range K {
-				dst := ws.dkn[r*kvw+gi*hd : r*kvw+(gi+1)*hd]
-				copy(dst, ws.dk[(gi*T+r)*hd:])
-				ropeBackward(dst, cs, sn)
-				copy(ws.dvr[r*kvw+gi*hd:r*kvw+(gi+1)*hd], ws.dv[(gi*T+r)*hd:])
-			}
-		}
-		dqr, dkr := ws.dqn, ws.dkn
-		if lp.qnorm != nil {
-			dqr, dkr = ws.dqraw, ws.dkraw
-			clear(dqr[:n*q])
-			clear(dkr[:n*kvw])
-			rmsnormBackward(dqr, gl.qnorm, ws.dqn, a.qraw, a.qrstd, lp.qnorm, n*H, hd)
-			rmsnormBackward(dkr, gl.knorm, ws.dkn, a.kraw, a.krstd, lp.knorm, n*K, hd)
-		}
-		linBackward(ws.dln, gl.wq.f, gl.bq, dqr, a.ln1, lp.wq.f, n, d, q, false)
-		linBackward(ws.dln, gl.wk.f, gl.bk, dkr, a.ln1, lp.wk.f, n, d, kvw, true)
-		linBackward(ws.dln, gl.wv.f, gl.bv, ws.dvr, a.ln1, lp.wv.f, n, d, kvw, true)
-		rmsnormBackward(ws.dx, gl.ln1, ws.dln, a.x, a.rstd1, lp.ln1, n, d)
-	}
-	for r, t := range toks {
-		dst := g.embed.f[int(t)*d : (int(t)+1)*d]
-		for i, v := range ws.dx[r*d : (r+1)*d] {
-			dst[i] += v
-		}
-	}
+	linForward(ws.logitsRows(n-r0, c.Vocab), ws.lnf, m.p.head, nil, n-r0, d, c.Vocab, false, par)
 }

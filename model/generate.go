@@ -348,7 +348,7 @@ func (m *Model) prefill(ctx context.Context, sh, par int, seqs []*genSeq, i, par
 	} else {
 		ws := m.workspace(sh, len(p)-shared, false)
 		ws.par = par
-		m.forward(ws, p[shared:], shared, s.kv, true, nil)
+		m.forward(ws, p[shared:], shared, s.kv, true)
 		ws.par = 0
 		copy(s.logits, ws.logits[:c.Vocab])
 		transposeKeys(s.kv, shared, len(p), m.kvShape())

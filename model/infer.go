@@ -28,7 +28,7 @@ func (m *Model) Logprobs(ctx context.Context, seqs [][]int32) ([][]float32, erro
 			toks := seqs[i]
 			ws := m.workspace(s, len(toks), false)
 			kv := m.scratchKV(s, len(toks))
-			m.forward(ws, toks, 0, kv, false, nil)
+			m.forward(ws, toks, 0, kv, false)
 			lps := make([]float32, len(toks))
 			V := m.cfg.Vocab
 			for t := 1; t < len(toks); t++ {
@@ -56,7 +56,7 @@ func (m *Model) Logits(toks []int32) ([]float32, error) {
 		return nil, err
 	}
 	ws := m.workspace(0, len(toks), false)
-	m.forward(ws, toks, 0, m.scratchKV(0, len(toks)), false, nil)
+	m.forward(ws, toks, 0, m.scratchKV(0, len(toks)), false)
 	return append([]float32(nil), ws.logits[:len(toks)*m.cfg.Vocab]...), nil
 }
 

@@ -247,32 +247,43 @@ func (m *Model) gradient(ctx context.Context, seqs []Sequence, lc LossConfig, gr
 		if lo == hi {
 			return
 		}
-		longest := 0
-		for i := lo; i < hi; i++ {
-			longest = max(longest, len(seqs[i].Tokens))
-		}
-		ws := m.workspace(s, longest, true)
-		clear(ws.grad)
 		st[s].ran = true
-		for i := lo; i < hi; i++ {
+		// the shard's sequences packed into batches of at most packRows
+		// rows (a longer sequence is a batch of its own), in order
+		var cuts []int
+		most := 1
+		for i := lo; i < hi; {
+			rows, j := 0, i
+			for ; j < hi && (j == i || rows+len(seqs[j].Tokens) <= m.packRows()); j++ {
+				if weight[j] != 0 {
+					rows += len(seqs[j].Tokens)
+				}
+			}
+			cuts, most, i = append(cuts, j), max(most, rows), j
+		}
+		ws := m.workspace(s, most, true)
+		clear(ws.grad)
+		i := lo
+		for _, j := range cuts {
 			if err := ctx.Err(); err != nil {
 				st[s].err = err
 				return
 			}
-			if weight[i] == 0 {
-				continue
-			}
-			ws.rows = ws.rows[:0]
-			for t, k := range seqs[i].Mask[1:] {
-				if k != 0 {
-					ws.rows = append(ws.rows, int32(t))
+			b := &ws.b
+			b.reset()
+			for k := i; k < j; k++ {
+				if weight[k] != 0 {
+					b.add(&seqs[k], k)
 				}
 			}
-			m.forward(ws, seqs[i].Tokens, 0, ws.kv, false, ws.rows)
-			m.lossGrad(ws, &seqs[i], lc, weight[i], &st[s])
-			if grad != nil {
-				m.backward(ws, seqs[i].Tokens)
+			if b.n > 0 {
+				m.forwardBatch(ws, b)
+				m.lossGrad(ws, b, seqs, lc, weight, &st[s])
+				if grad != nil {
+					m.backwardBatch(ws, b)
+				}
 			}
+			i = j
 		}
 	})
 	var loss, kl float64
@@ -367,14 +378,16 @@ func TokenLoss(lc *LossConfig, lp float64, s *Sequence, i int) (loss, dlp float6
 	return loss, dlp, clipped, kl
 }
 
-// lossGrad adds one forwarded sequence's loss to st and writes dlogits:
-// the row of position t−1 (row i for ws.rows[i] = t−1) gets
-// w·dlp·(onehot(tok_t) − softmax(row)).
-func (m *Model) lossGrad(ws *workspace, s *Sequence, lc LossConfig, w float64, st *shardStats) {
+// lossGrad adds the loss of a forwarded batch's trained tokens to st and
+// writes dlogits: the row of sel[i] (predicting token selT[i] of sequence
+// selSeq[i]) gets w·dlp·(onehot(tok) − softmax(row)), w its sequence's
+// weight.
+func (m *Model) lossGrad(ws *workspace, b *batch, seqs []Sequence, lc LossConfig, weight []float64, st *shardStats) {
 	V := m.cfg.Vocab
-	clear(ws.dlogits[:len(ws.rows)*V])
-	for i, r := range ws.rows {
-		t := int(r) + 1
+	clear(ws.dlogits[:len(b.sel)*V])
+	for i := range b.sel {
+		s, t := &seqs[b.selSeq[i]], int(b.selT[i])
+		w := weight[b.selSeq[i]]
 		row := ws.logits[i*V : (i+1)*V]
 		lse, sum := logSumExp(row, ws.e)
 		tok := s.Tokens[t]
@@ -398,6 +411,10 @@ func (m *Model) lossGrad(ws *workspace, s *Sequence, lc LossConfig, w float64, s
 		drow[tok] += g
 	}
 }
+
+// packRows is the most rows a training batch packs (a longer sequence is
+// a batch of its own): the workspace's activations scale with it.
+func (m *Model) packRows() int { return max(m.ctx, 2048) }
 
 func gradNorm(g []float32) float64 {
 	var ss float64

@@ -48,7 +48,7 @@ func main() {
 
 func run(out string, seed uint64, warm, batch, steps int) error {
 	cfg := model.DefaultConfig()
-	m, err := model.New(cfg, seed)
+	m, err := model.NewBuiltin(cfg, seed)
 	if err != nil {
 		return err
 	}

@@ -197,7 +197,11 @@ func mmISA(isa, kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) 
 // gemmISA runs the path's driver with a pooled scratch.
 func gemmISA(isa int, c []float32, ldc int, A, B operand, m, k, n int, acc bool) {
 	sc := scratchPool.Get().(*scratch)
-	if isa == isaAVX512 {
+	if B.cs != 1 && B.rs == 1 && A.cs == 1 && m == 1 && isa == isaAVX512 {
+		ntGemv512(c, A, B, k, n, acc, &sc.b)
+	} else if B.cs != 1 && B.rs == 1 && A.cs == 1 && m <= ntSmallRows {
+		ntSmall(isa, c, ldc, A, B, m, k, n, acc, &sc.b)
+	} else if isa == isaAVX512 {
 		gemm512(c, ldc, A, B, m, k, n, acc, true, sc)
 	} else {
 		gemm256(c, ldc, A, B, m, k, n, acc, true, &sc.b, nil)
@@ -338,6 +342,16 @@ func bPanelH(isa int, B operand, kb, kc, jb, w, W int, buf *panel) (unsafe.Point
 			for p0 := 0; p0 < kc; p0 += 16 {
 				nq := min(16, kc-p0)
 				d := buf[p0*W+jj0:]
+				if nr >= 16 && p0%32 == 0 && kc-p0 >= 32 && B.cs%2 == 0 {
+					// whole 16×32 blocks as pairs, where the rows are
+					// 4-byte aligned
+					src := B.h[(jb+jj0)*B.cs+kb+p0:]
+					if uintptr(unsafe.Pointer(&src[0]))%4 == 0 {
+						transpose16pairs(src, B.cs, d, W)
+						p0 += 16
+						continue
+					}
+				}
 				if nr <= 0 {
 					for q := 0; q < nq; q++ {
 						clear(d[q*W : q*W+16])
