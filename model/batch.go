@@ -14,7 +14,9 @@ import (
 // products do not depend on the other rows, and a weight gradient's chain
 // over the rows, sequence after sequence, is the chain the per-sequence
 // calls continued with acc (kern's contract: a k-split with acc is one
-// chain). What it buys is big products: at a sequence of 50-128 rows the
+// chain). The tied embedding, which the head's gradient and the token
+// lookups' both add to, takes them sequence by sequence as before. What it
+// buys is big products: at a sequence of 50-128 rows the
 // kernels spent much of their time packing the weights and moving the
 // gradient tiles in and out.
 
@@ -144,7 +146,6 @@ func (m *Model) backwardBatch(ws *workspace, b *batch) {
 
 	nr := len(b.sel)
 	kern.MatMul(ws.dsel, ws.dlogits, p.head.f, nr, V, d, false)
-	kern.MatMulTN(g.head.f, ws.dlogits, ws.sel, V, nr, d, true)
 	clear(ws.dln[:n*d])
 	for i, r := range b.sel {
 		copy(ws.dln[int(r)*d:(int(r)+1)*d], ws.dsel[i*d:])
@@ -206,7 +207,25 @@ func (m *Model) backwardBatch(ws *workspace, b *batch) {
 		linBackward(ws.dln, gl.wv.f, gl.bv, ws.dvr, a.ln1, lp.wv.f, n, d, kvw, true)
 		rmsnormBackward(ws.dx, gl.ln1, ws.dln, a.x, a.rstd1, lp.ln1, n, d)
 	}
+	// The head's weight gradient, and the embedding's: for a tied head
+	// both add into one tensor, sequence by sequence in the order one
+	// sequence at a time gave (its head rows, then its tokens), so a
+	// batch's bits are those of the sequences alone.
+	if !c.Tied {
+		kern.MatMulTN(g.head.f, ws.dlogits, ws.sel, V, nr, d, true)
+	}
+	s0 := 0
 	for i, toks := range b.toks {
+		if c.Tied {
+			s1 := s0
+			for s1 < nr && int(b.sel[s1]) < b.off[i+1] {
+				s1++
+			}
+			if s1 > s0 {
+				kern.MatMulTN(g.head.f, ws.dlogits[s0*V:], ws.sel[s0*d:], V, s1-s0, d, true)
+			}
+			s0 = s1
+		}
 		for pos, t := range toks {
 			dst := g.embed.f[int(t)*d : (int(t)+1)*d]
 			for j, v := range ws.dx[(b.off[i]+pos)*d : (b.off[i]+pos+1)*d] {

@@ -57,6 +57,7 @@ type Model struct {
 	fromCache     int          // prompt positions the last Generate took from the prefix cache
 	pkey, pkeyVer uint64       // the prefix cache's key for these weights, and the wver it was made at
 	copyMax       int64        // tests: the largest model decode keeps copies of (0: copyMaxBytes)
+	packMax       int          // tests: the most rows a training batch packs (0: packRows's default)
 }
 
 // New returns a model initialised as transformers does from seed:

@@ -18,8 +18,8 @@ import (
 // arithmetic: every SIMD path (AVX2 and AVX-512 compute the same FMA
 // chains) and the portable reference loops (unfused, GOAMD64=v1).
 const (
-	goldenSIMD     = "ed8964dd815b4fac16fd9050a9cb3c6ff9d02011291e342c87414e7448568ac7"
-	goldenPortable = "9b6ac774506fc5a7c8d911995e2dc13e8eff2ea9d533c71c1b58839b8a2abaa2"
+	goldenSIMD     = "0043b822e8c41f0d2510a434a061d8ab564576351d7cca707a8e80505acb7fca"
+	goldenPortable = "97625aed5a7a2c709f465c8d9e1690f3b4fd21eb61dca4d87384bda4335ec729"
 )
 
 // pathWorkload trains a small model for a few steps (PG and SFT losses,

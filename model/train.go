@@ -414,7 +414,12 @@ func (m *Model) lossGrad(ws *workspace, b *batch, seqs []Sequence, lc LossConfig
 
 // packRows is the most rows a training batch packs (a longer sequence is
 // a batch of its own): the workspace's activations scale with it.
-func (m *Model) packRows() int { return max(m.ctx, 2048) }
+func (m *Model) packRows() int {
+	if m.packMax > 0 {
+		return m.packMax
+	}
+	return max(m.ctx, 2048)
+}
 
 func gradNorm(g []float32) float64 {
 	var ss float64
