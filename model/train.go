@@ -418,7 +418,7 @@ func (m *Model) packRows() int {
 	if m.packMax > 0 {
 		return m.packMax
 	}
-	return max(m.ctx, 2048)
+	return max(m.ctx, 512)
 }
 
 func gradNorm(g []float32) float64 {
