@@ -118,7 +118,7 @@ func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int
 			return nil, fmt.Errorf("warmstart: demonstration %s: the episode ended (%s) with %d of its %d calls unused", where, res.Outcome, len(calls), len(d.Calls))
 		}
 		trace, bounds := rollout.Trace(rec.Events(), id)
-		segs, _, err := segment.Build(trace, bounds, cfg.SegmentConfig())
+		segs, _, err := segment.Build(trace, bounds, ch.segConfig(cfg))
 		if err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %s: %w", where, err)
 		}

@@ -50,6 +50,18 @@ func oracleGen(ch *demoChat, oracle textOracle) gen.Generator {
 	return &chatOracle{tok: ch.chat.Tokenizer(), reply: oracle}
 }
 
+// segConfig is the segment config with ch's tokenizer (nil ch: the
+// default chat's) for its break diagnostics.
+func (ch *demoChat) segConfig(cfg *config.Config) segment.Config {
+	sc := cfg.SegmentConfig()
+	if ch != nil {
+		sc.Tokenizer = ch.chat.Tokenizer()
+	} else {
+		sc.Tokenizer = rollout.DefaultChat.Tokenizer()
+	}
+	return sc
+}
+
 // spec is the warm start's rollout spec: the run's, through ch's chat.
 func (ch *demoChat) spec(sp rollout.Spec, cfg *config.Config) rollout.Spec {
 	if ch != nil {
@@ -112,7 +124,7 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}
 		calls, bounds := rollout.Trace(rec.Events(), id)
-		segs, _, err := segment.Build(calls, bounds, cfg.SegmentConfig())
+		segs, _, err := segment.Build(calls, bounds, ch.segConfig(cfg))
 		if err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}

@@ -162,7 +162,7 @@ func TestCompaction(t *testing.T) {
 }
 
 func TestUndeclaredBreak(t *testing.T) {
-	_, _, err := segment.Build(compacted(), nil, segment.Config{DiffWindow: 4})
+	_, _, err := segment.Build(compacted(), nil, segment.Config{DiffWindow: 4, Tokenizer: bytetok.Tok{}})
 	var be *segment.BreakError
 	if !errors.As(err, &be) || !errors.Is(err, segment.ErrUndeclaredBreak) {
 		t.Fatalf("err %v", err)
