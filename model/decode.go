@@ -216,6 +216,33 @@ func ntCols(y, x []float32, w mat, n, in, out int, acc bool, par int) {
 	}
 }
 
+// ntProd is one product of ntColsMany: y (n, out) = x·Wᵀ.
+type ntProd struct {
+	y   []float32
+	w   mat
+	out int
+}
+
+// ntColsMany runs several products of the same input rows x (n, in), one
+// fork for all: each core computes its column block of every product (the
+// blocks of ntCols, so the same bits).
+func ntColsMany(x []float32, n, in, par int, ps ...ntProd) {
+	part := func(i int) {
+		for _, p := range ps {
+			if p.w.f != nil {
+				kern.MatMulNTColsPart(p.y, x, p.w.f, n, in, p.out, false, i, par)
+			} else {
+				kern.MatMulNTBF16ColsPart(p.y, x, p.w.h, n, in, p.out, false, i, par)
+			}
+		}
+	}
+	if par <= 1 {
+		part(0)
+		return
+	}
+	kern.Fork(par, part)
+}
+
 // decodeStep feeds each sequence's pending token at its position and leaves
 // the next logits in s.logits. It is the training forward restricted to one
 // row per sequence: the same layer functions, the same kernel chains.
@@ -242,9 +269,7 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 			dl := &dc.layers[l]
 			copyMatMul(dw, dw.qkv, dw.ln, dl.qkv, &dl.pqkv, B, d, q+2*kvw, false)
 		} else {
-			ntCols(dw.qkv, dw.ln, lp.wq, B, d, q, false, dw.par)
-			ntCols(dw.qkv[ko:], dw.ln, lp.wk, B, d, kvw, false, dw.par)
-			ntCols(dw.qkv[vo:], dw.ln, lp.wv, B, d, kvw, false, dw.par)
+			ntColsMany(dw.ln, B, d, dw.par, ntProd{dw.qkv, lp.wq, q}, ntProd{dw.qkv[ko:], lp.wk, kvw}, ntProd{dw.qkv[vo:], lp.wv, kvw})
 		}
 		for b, s := range seqs {
 			qh := dw.qkv[b*qs : b*qs+q]
@@ -296,8 +321,7 @@ func (m *Model) decodeStep(dw *decodeWS, seqs []*genSeq) {
 			}
 			copyMatMul(dw, dw.x, dw.act, dl.down, &dl.pdown, B, f, d, true)
 		} else {
-			ntCols(dw.h, dw.ln, lp.wgate, B, d, f, false, dw.par)
-			ntCols(dw.h[B*f:], dw.ln, lp.wup, B, d, f, false, dw.par)
+			ntColsMany(dw.ln, B, d, dw.par, ntProd{dw.h, lp.wgate, f}, ntProd{dw.h[B*f:], lp.wup, f})
 			swigluForward(dw.act[:B*f], dw.sig, dw.h[:B*f], dw.h[B*f:])
 			ntCols(dw.x, dw.act, lp.wdown, B, f, d, true, dw.par)
 		}

@@ -88,11 +88,48 @@ func MatMulNTBF16Cols(c, a []float32, b []uint16, m, k, n int, acc bool, shards 
 	cols(n, shards, func(j0, j1 int) { mmColsNT(c, a, nil, b, m, k, n, acc, j0, j1) })
 }
 
+// MatMulNTColsPart computes only column block part of MatMulNTCols's
+// split of n into shards blocks (nothing when the split has fewer
+// blocks): a caller that forks once for several products runs each
+// product's part on the same core.
+func MatMulNTColsPart(c, a, b []float32, m, k, n int, acc bool, part, shards int) {
+	checkDims(c, a, b, m, k, n)
+	if j0, j1 := colBlock(n, shards, part); j0 < j1 {
+		mmColsNT(c, a, b, nil, m, k, n, acc, j0, j1)
+	}
+}
+
+// MatMulNTBF16ColsPart is MatMulNTColsPart with a bfloat16 B.
+func MatMulNTBF16ColsPart(c, a []float32, b []uint16, m, k, n int, acc bool, part, shards int) {
+	checkDimsH(c, a, b, m, k, n)
+	if j0, j1 := colBlock(n, shards, part); j0 < j1 {
+		mmColsNT(c, a, nil, b, m, k, n, acc, j0, j1)
+	}
+}
+
+// colsPer is the width of cols' blocks: n over shards, rounded up to
+// colsAlign.
+func colsPer(n, shards int) int {
+	per := (n + shards - 1) / max(shards, 1)
+	return (per + colsAlign - 1) / colsAlign * colsAlign
+}
+
+// colBlock is block part of cols' split ([j0, j1) empty past the last).
+func colBlock(n, shards, part int) (int, int) {
+	if shards <= 1 {
+		if part == 0 {
+			return 0, n
+		}
+		return 0, 0
+	}
+	per := colsPer(n, shards)
+	return min(part*per, n), min((part+1)*per, n)
+}
+
 // cols runs f over shards column blocks of [0, n), each a multiple of
 // colsAlign wide but the last.
 func cols(n, shards int, f func(j0, j1 int)) {
-	per := (n + shards - 1) / max(shards, 1)
-	per = (per + colsAlign - 1) / colsAlign * colsAlign
+	per := colsPer(n, shards)
 	if shards <= 1 || per >= n {
 		f(0, n)
 		return

@@ -21,8 +21,8 @@ func bf16Operand(r *rand.Rand, n, k int) ([]uint16, []float32) {
 // MatMulNT with B widened, on every shape class the drivers split into (1,
 // 2-3 and ≥ 4 rows; tails of every panel width; k across the 256-block),
 // with and without acc, and so do its row-parallel and column-parallel
-// forms for several shard counts. The column-parallel float32 form equals
-// MatMulNT too.
+// forms for several shard counts (and its parts, one call per block). The
+// column-parallel float32 form equals MatMulNT too.
 func TestBF16MatchesF32(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, m := range []int{1, 2, 3, 5, 16, 33} {
@@ -48,6 +48,12 @@ func TestBF16MatchesF32(t *testing.T) {
 						got = append(got[:0], c0...)
 						MatMulNTCols(got, a, f, m, k, n, acc, sh)
 						bitsEqual(t, fmt.Sprintf("%s Cols(%d)", name, sh), got, want)
+						got = append(got[:0], c0...)
+						for part := range sh + 1 { // one past the last: nothing
+							MatMulNTBF16ColsPart(got, a, h, m, k, n, acc, part, sh)
+							MatMulNTColsPart(got[:0:0], a[:0:0], f[:0:0], 0, 0, 0, acc, part, sh)
+						}
+						bitsEqual(t, fmt.Sprintf("%s BF16ColsPart(%d)", name, sh), got, want)
 					}
 				}
 			}
