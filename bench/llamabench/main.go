@@ -1,4 +1,4 @@
-// Command llamabench times model/llama on an HF directory: generation
+// Command llamabench times the engine (model/) on an HF directory: generation
 // tokens/s at given batch sizes, training tokens/s, or loading (time, the
 // time to read the weight files, and peak RSS). bench/hf_bench.sh runs it
 // beside bench/torch_llama.py on the same directories and thread counts.
