@@ -17,8 +17,8 @@ import (
 	"github.com/longhaul-rl/longhaul/env/httpenv"
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/rollout"
-	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
+	"github.com/longhaul-rl/longhaul/runlog"
 )
 
 func server(t *testing.T) (*httpenv.Server, *httptest.Server) {
