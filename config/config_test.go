@@ -295,6 +295,8 @@ func TestValidate(t *testing.T) {
 		{[]string{"data.source=jsonl"}, []string{"data.path: must be set when data.source is jsonl"}},
 		{[]string{"generator.kind=openai"}, []string{"generator.urls: must list at least one server"}},
 		{[]string{"generator.urls=localhost:8000"}, []string{`generator.urls: want an http(s) URL, got "localhost:8000"`}},
+		{[]string{"generator.reload_method=reload weights"}, []string{`generator.reload_method: must be a Python method name (letters, digits, _), got "reload weights"`}},
+		{[]string{"generator.reload_method="}, []string{`generator.reload_method: must be a Python method name`}},
 		{[]string{"trainer.kind=remote"}, []string{"trainer.url: must be set"}},
 		{[]string{"model.heads=5"}, []string{"model.heads: must divide model.dim (128), got 5"}},
 		{[]string{"model.heads=128"}, []string{"model.dim: rope needs an even head width"}},
@@ -309,6 +311,13 @@ func TestValidate(t *testing.T) {
 		{[]string{"rollout_failure.backoff_cap_s=0.1"}, []string{"rollout_failure.backoff_cap_s: must be ≥ rollout_failure.backoff_base_s"}},
 		{[]string{"grpo.microbatch_tokens=64"}, []string{"grpo.microbatch_tokens: must hold one full row"}},
 		{[]string{"checkpointing.keep_top_k=2", "checkpointing.metric="}, []string{"checkpointing.metric: must not be empty"}},
+		// The cosine decays over the steps after the warm-up: none is an
+		// error naming both keys, before anything runs (not the trainer's
+		// "cosine schedule needs TotalSteps > WarmupSteps" at step 1).
+		{[]string{"run.max_steps=5", "optim.warmup_steps=5"}, []string{"run.max_steps: must be > optim.warmup_steps (5) when optim.schedule is cosine"}},
+		{[]string{"run.max_steps=2", "optim.warmup_steps=5"}, []string{"run.max_steps: must be > optim.warmup_steps (5)", "got 2"}},
+		{[]string{"run.max_steps=2", "optim.warmup_steps=5", "optim.schedule=constant"}, nil},
+		{[]string{"run.max_steps=6", "optim.warmup_steps=5"}, nil},
 		// All errors come back at once.
 		{[]string{"run.max_steps=0", "optim.lr=0", "loss.norm=sum"}, []string{
 			"run.max_steps: must be ≥ 1, got 0", "optim.lr: must be > 0, got 0", `loss.norm: must be one of token_mean, seq_mean, got "sum"`}},

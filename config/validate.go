@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -77,6 +78,11 @@ func (c *Config) Validate() error {
 		v.failf("optim.min_lr", "must be ≤ optim.lr (%g), got %g", o.LR, o.MinLR)
 	}
 	v.min("optim.warmup_steps", o.WarmupSteps, 0)
+	if o.Schedule == "cosine" && r.MaxSteps >= 1 && o.WarmupSteps >= 0 && r.MaxSteps <= o.WarmupSteps {
+		// The cosine decays over the steps after the warm-up: with none
+		// left it has no length, which the trainer would find at step 1.
+		v.failf("run.max_steps", "must be > optim.warmup_steps (%d) when optim.schedule is cosine (the decay runs over the steps after the warm-up), got %d; raise run.max_steps, lower optim.warmup_steps or use optim.schedule=constant", o.WarmupSteps, r.MaxSteps)
+	}
 	v.minF("optim.weight_decay", o.WeightDecay, 0)
 	v.rangeF("optim.beta1", o.Beta1, 0, 1, false)
 	v.rangeF("optim.beta2", o.Beta2, 0, 1, false)
@@ -170,6 +176,9 @@ func (c *Config) Validate() error {
 		v.url("generator.urls", u)
 	}
 	v.min("generator.prefix_cache_mib", gen.PrefixCacheMiB, 0)
+	if !pyIdent.MatchString(gen.ReloadMethod) {
+		v.failf("generator.reload_method", "must be a Python method name (letters, digits, _), got %q", gen.ReloadMethod)
+	}
 	if c.Trainer.Kind == "remote" {
 		if c.Trainer.URL == "" {
 			v.failf("trainer.url", "must be set when trainer.kind is remote")
@@ -179,6 +188,9 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(v.errs...)
 }
+
+// pyIdent is a Python identifier (ASCII): the method /collective_rpc names.
+var pyIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 type validator struct{ errs []error }
 

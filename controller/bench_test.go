@@ -188,7 +188,7 @@ func runToHold(tb testing.TB, dir string, hold uint32, snapshot bool) resumeRun 
 	}
 	rr.build = time.Since(g.start)
 	done := make(chan error, 1)
-	go func() { done <- c.loop(ctx) }()
+	go func() { done <- c.loop(ctx, Input{}) }()
 	select {
 	case <-g.all:
 	case err := <-done:

@@ -1,16 +1,16 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"math"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/controller/ctlconfig"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -62,11 +62,10 @@ func exhausted(r *runlog.Rollout, rf ctlconfig.RolloutFailure) bool {
 // diverged reports whether the rollout's last attempt failed because its
 // environment could neither restore its snapshot nor replay the logged
 // actions identically: the next attempt must start the episode over. The
-// fact is read from the logged failure's reason, which rollout.Run writes
-// from the typed error, so a restarted process sees it too.
+// fact is the logged failure's cause, which rollout.Run records from the
+// typed error (rollout.ErrDiverged), so a restarted process sees it too.
 func diverged(r *runlog.Rollout) bool {
-	return r.Status == runlog.StatusFailed && r.LastFailure.Class == failure.Data &&
-		strings.Contains(r.LastFailure.Reason, rollout.ErrDiverged.Error())
+	return r.Status == runlog.StatusFailed && r.LastFailure.Cause == runlog.CauseDiverged
 }
 
 // backoff is the wait before attempt after infra failures (n so far):
@@ -253,4 +252,196 @@ func admissions(st *runlog.State, s int64, cfg *Config, order *data.Order) ([]ru
 		cur = next
 	}
 	return admit, nil
+}
+
+// genRound is one generation round of step s: the prompts s still needs
+// (admissions), and for each open group of s not running now: in
+// throughput mode its stale members to regenerate (then the group runs),
+// else its outcome once its members are done, else a launch.
+func genRound(st *runlog.State, s int64, cfg *Config, order *data.Order, running []runlog.GroupID) (app []runlog.Event, launch []runlog.GroupID, err error) {
+	adm, err := admissions(st, s, cfg, order)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, id := range st.Unsettled() {
+		g := st.Groups[id]
+		if g.ForStep != s || g.Status != runlog.GroupStatusOpen || slices.Contains(running, id) {
+			continue
+		}
+		if cfg.Run.Throughput() {
+			if stale := staleMembers(g, s, int64(cfg.Run.MaxLag)); len(stale) > 0 {
+				for _, m := range stale {
+					app = append(app, runlog.RolloutRegenerated{Rollout: m,
+						Reason: fmt.Sprintf("calls older than run.max_lag (%d) allows for step %d", cfg.Run.MaxLag, s)})
+				}
+				launch = append(launch, id)
+				continue
+			}
+		}
+		if ev := groupOutcome(g, cfg.RolloutFailure); ev != nil {
+			app = append(app, ev)
+			continue
+		}
+		launch = append(launch, id)
+	}
+	for _, ev := range adm {
+		launch = append(launch, ev.(runlog.PromptAdmitted).Group)
+	}
+	return append(adm, app...), launch, nil
+}
+
+// genDone reports whether step s is generated: no round is left to plan
+// for it and none of its groups is running.
+func genDone(st *runlog.State, s int64, cfg *Config, order *data.Order, running []runlog.GroupID) bool {
+	for _, id := range running {
+		if g := st.Groups[id]; g != nil && g.ForStep == s {
+			return false
+		}
+	}
+	app, launch, err := genRound(st, s, cfg, order, running)
+	return err == nil && len(app) == 0 && len(launch) == 0
+}
+
+// dataEnded reports whether step k got no prompt because run.max_epochs
+// ran out: the run ends before it. A step past the data that holds only
+// retried groups which were then dropped for good has nothing to train
+// either.
+func dataEnded(st *runlog.State, k int64, cfg *Config, running []runlog.GroupID) bool {
+	if cfg.Run.MaxEpochs <= 0 {
+		return false
+	}
+	for _, id := range st.Unsettled() {
+		if g := st.Groups[id]; g.ForStep == k && (g.AdmittedFor == k || g.Status != runlog.GroupStatusDropped || slices.Contains(running, id)) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkpointDue reports whether the last trained step needs a checkpoint
+// that the log does not record yet: every checkpointing.save_period steps,
+// at run.max_steps, and when the data ran out (the run's last step).
+func checkpointDue(st *runlog.State, cfg *Config, ended bool) bool {
+	cp := cfg.Checkpointing
+	k := st.Step
+	if !cp.Enabled || k <= 0 || !(k%int64(cp.SavePeriod) == 0 || k == int64(cfg.Run.MaxSteps) || ended) {
+		return false
+	}
+	for _, c := range st.Checkpoints {
+		if c.Step == k {
+			return false
+		}
+	}
+	return true
+}
+
+// watch is the stall watchdog's decision: after the stall timeout without
+// a new event it reports how long the log has been still (once per
+// timeout).
+func watch(m memory, applied uint64, now time.Time, limit time.Duration) (memory, time.Duration) {
+	if limit <= 0 {
+		return m, 0
+	}
+	if applied != m.seen || m.progress.IsZero() {
+		m.seen, m.progress = applied, now
+		return m, 0
+	}
+	if now.Sub(m.progress) < limit || now.Sub(m.warned) < limit {
+		return m, 0
+	}
+	m.warned = now
+	return m, now.Sub(m.progress)
+}
+
+// ErrTooManyDropped is returned when dropped prompts exceed a run-wide cap.
+var ErrTooManyDropped = errors.New("controller: too many dropped prompts")
+
+// capError is the decision to stop the run on a run-wide drop cap: which
+// cap, how far past it, and the last group that counted.
+type capError struct {
+	key  string // max_skipped_prompts or max_consecutive_dropped_prompts
+	n    int
+	cap  int
+	last runlog.GroupID
+}
+
+func (e *capError) Error() string {
+	if e.key == "max_skipped_prompts" {
+		return fmt.Sprintf("%v: %d prompts dropped after data failures, more than rollout_failure.max_skipped_prompts (%d); the last was group %s (`longhaul inspect RUN_DIR rollout %s-0` shows its attempts)",
+			ErrTooManyDropped, e.n, e.cap, e.last, e.last)
+	}
+	return fmt.Sprintf("%v: %d prompts dropped after infra failures in a row, more than rollout_failure.max_consecutive_dropped_prompts (%d); the last was group %s",
+		ErrTooManyDropped, e.n, e.cap, e.last)
+}
+
+func (e *capError) Unwrap() error { return ErrTooManyDropped }
+
+// dropCaps decides whether the run stops on a run-wide cap, as NeMo RL
+// defines them, once the outcomes in app are in the log:
+// rollout_failure.max_skipped_prompts bounds the prompts dropped after data
+// failures over the run (bad prompts or a broken environment: skipping more
+// would hide a bug), and max_consecutive_dropped_prompts bounds prompts
+// dropped after infra failures in a row, in admission order, reset by any
+// group that commits (an outage: going on would only skip the data). It
+// reads the whole log only when app drops a group (or app is nil: a check
+// of the log as it is).
+func dropCaps(st *runlog.State, rf ctlconfig.RolloutFailure, app []runlog.Event) error {
+	if app != nil && !slices.ContainsFunc(app, func(ev runlog.Event) bool { _, ok := ev.(runlog.GroupDropped); return ok }) {
+		return nil
+	}
+	outcome := map[runlog.GroupID]runlog.Event{}
+	for _, ev := range app {
+		switch e := ev.(type) {
+		case runlog.GroupDropped:
+			outcome[e.Group] = e
+		case runlog.GroupCommitted:
+			outcome[e.Group] = e
+		}
+	}
+	var data, run, worst int
+	var lastData, lastInfra runlog.GroupID
+	for _, id := range st.Order {
+		g := st.Groups[id]
+		status, class := g.Status, ""
+		switch e := outcome[id].(type) {
+		case runlog.GroupDropped:
+			status, class = runlog.GroupStatusDropped, e.Class
+		case runlog.GroupCommitted:
+			status = runlog.GroupStatusCommitted
+		}
+		switch status {
+		case runlog.GroupStatusDropped:
+			if class == "" {
+				class = dropClass(g)
+			}
+			if class == failure.Infra {
+				run++
+				worst, lastInfra = max(worst, run), id
+			} else {
+				data++
+				lastData = id
+			}
+		case runlog.GroupStatusOpen:
+		default:
+			run = 0
+		}
+	}
+	switch {
+	case data > rf.MaxSkippedPrompts:
+		return &capError{key: "max_skipped_prompts", n: data, cap: rf.MaxSkippedPrompts, last: lastData}
+	case worst > rf.MaxConsecutiveDroppedPrompts:
+		return &capError{key: "max_consecutive_dropped_prompts", n: worst, cap: rf.MaxConsecutiveDroppedPrompts, last: lastInfra}
+	}
+	return nil
+}
+
+// dropClass is the failure class that dropped a group: its exhausted
+// member's last failure.
+func dropClass(g *runlog.Group) string {
+	for _, r := range g.Members {
+		if r.Status == runlog.StatusFailed {
+			return r.LastFailure.Class
+		}
+	}
+	return failure.Data
 }

@@ -101,7 +101,7 @@ func BenchmarkPlanLongRun(b *testing.B) {
 				}
 				must(runlog.StepTrained{Step: k, Groups: groups, Version: k})
 			}
-			running := map[runlog.GroupID]bool{}
+			var running []runlog.GroupID
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {

@@ -15,6 +15,10 @@ func TestNextAttempt(t *testing.T) {
 		return runlog.Rollout{Status: runlog.StatusFailed, Attempt: infra + data, InfraFailures: infra, DataFailures: data,
 			Failures: infra + data, LastFailure: runlog.Failure{Class: class, Reason: reason}}
 	}
+	diverged := func(r runlog.Rollout) runlog.Rollout {
+		r.LastFailure.Cause = runlog.CauseDiverged
+		return r
+	}
 	for _, tc := range []struct {
 		name string
 		r    runlog.Rollout
@@ -25,8 +29,10 @@ func TestNextAttempt(t *testing.T) {
 		{"pending starts", runlog.Rollout{Status: runlog.StatusPending}, attemptPlan{start: true}},
 		{"regenerated restarts", runlog.Rollout{Status: runlog.StatusPending, Regenerate: true}, attemptPlan{start: true, restart: true}},
 		{"data failure retries", failed(0, 1, failure.Data, "bad"), attemptPlan{start: true}},
-		{"diverged restarts", failed(0, 1, failure.Data, "data failure: resume: "+rollout.ErrDiverged.Error()+": turn 2"),
-			attemptPlan{start: true, restart: true}},
+		{"diverged restarts", diverged(failed(0, 1, failure.Data, "resume failed")), attemptPlan{start: true, restart: true}},
+		// The decision reads the typed cause, never the reason's text.
+		{"a reason naming divergence does not restart", failed(0, 1, failure.Data, "data failure: resume: "+rollout.ErrDiverged.Error()),
+			attemptPlan{start: true}},
 		{"data budget used", failed(1, 2, failure.Data, "bad"), attemptPlan{exhausted: true}},
 		{"infra budget used", failed(4, 0, failure.Infra, "timeout"), attemptPlan{exhausted: true}},
 		// Failures of the previous budget round (Failures) do not count.

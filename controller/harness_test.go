@@ -128,7 +128,7 @@ func testConfig(t testing.TB, overrides ...string) *config.Config {
 		"rollout_checkpointing.enabled=false", "warmstart.enabled=false", "rollout.max_turns=3",
 		"grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2", "data.num_prompts=6",
 		"rollout_failure.backoff_base_s=0.001", "rollout_failure.backoff_cap_s=0.002",
-		"rollout_failure.stall_timeout_s=0", "run.max_steps=2"}
+		"rollout_failure.stall_timeout_s=0", "run.max_steps=2", "optim.schedule=constant"}
 	if err := cfg.ApplyOverrides(append(base, overrides...)); err != nil {
 		t.Fatal(err)
 	}
@@ -217,6 +217,9 @@ func (h *harness) runWith(ctx context.Context, tr train.Trainer) error {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	// Every step's training data read from the event cache is checked
+	// against the log (cache.go).
+	c.cache.verify = true
 	return c.Run(ctx)
 }
 
@@ -229,6 +232,26 @@ func (h *harness) state() *runlog.State {
 	defer l.Close()
 	var s *runlog.State
 	l.View(func(st *runlog.State) { s = st.Clone() })
+	return s
+}
+
+// snapshot writes a snapshot of the closed log at its end, so the next
+// run resumes from it (with nothing to replay), and returns the state the
+// snapshot holds, as a reopened log loads it.
+func (h *harness) snapshot() *runlog.State {
+	l, err := runlog.Open(context.Background(), h.dir, runlog.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := l.Snapshot(context.Background())
+	l.Close()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	s := h.state()
+	if s.LastSnapshot.Offset != uint64(info.Offset) {
+		h.t.Fatalf("the log's newest snapshot is at %d, want the one written at %d", s.LastSnapshot.Offset, info.Offset)
+	}
 	return s
 }
 

@@ -68,8 +68,8 @@ func TestLateResultIsRefusedAndCounted(t *testing.T) {
 	}
 	var calls int
 	l.View(func(s *runlog.State) { calls = len(s.Rollout(id).Calls) })
-	if calls != 0 || c.lateResults.Load() != 1 {
-		t.Fatalf("after the late result: %d calls logged, %d counted; want 0 and 1", calls, c.lateResults.Load())
+	if calls != 0 || c.figures.lateResults.Load() != 1 {
+		t.Fatalf("after the late result: %d calls logged, %d counted; want 0 and 1", calls, c.figures.lateResults.Load())
 	}
 	if err := c.Run(ctx); err != nil {
 		t.Fatal(err)

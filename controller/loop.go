@@ -2,11 +2,14 @@ package controller
 
 // This file holds the effect loop: it takes a Ready from the planner,
 // performs it (events first, then effects), and waits in one select for an
-// effect to end or the clock to tick. Effects (a launched group, a
-// training step, a checkpoint, a snapshot) run in goroutines of their own
-// and report only by appending events to the log; what they send back on
-// the loop's channel is a wake-up naming which effect ended and whether it
-// failed outside the log (the run stops then).
+// effect to end, a held attempt's backoff to pass or the clock to tick.
+// Effects (a rollout attempt, a training step, a checkpoint, a snapshot)
+// run in goroutines of their own and report only by appending events to
+// the log; what they send back on the loop's channel is a wake-up naming
+// which effect ended, with a deadline that ended an attempt (the planner
+// records it) or an error that is not in the log (the run stops then, or,
+// for a trainer that lost its state, the planner recovers it). The loop
+// decides nothing.
 
 import (
 	"context"
@@ -15,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/env"
-	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/metrics"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/train"
@@ -26,7 +27,7 @@ import (
 type effect uint8
 
 const (
-	effGroup effect = iota
+	effAttempt effect = iota
 	effTrain
 	effCheckpoint
 	effSnapshot
@@ -35,112 +36,125 @@ const (
 // ended is an effect's wake-up: which effect, and an error that is not in
 // the log (a failed append, a trainer error, a canceled context).
 type ended struct {
-	kind  effect
-	group runlog.GroupID
-	step  int64
-	ms    metrics.Step // effTrain: the step's row, for the checkpoint's metric
-	err   error
+	kind    effect
+	rollout runlog.RolloutID // effAttempt
+	timeout *Timeout         // effAttempt: a deadline ended it, for the planner to record
+	step    int64
+	ms      metrics.Step // effTrain: the step's row, for the checkpoint's metric
+	err     error
 }
 
-// loop runs the effect loop until the run ends or fails. On return every
-// effect it started has ended.
-func (c *Controller) loop(ctx context.Context) error {
+// effects starts the loop's effects and carries their wake-ups back.
+type effects struct {
+	ctx  context.Context
+	wg   sync.WaitGroup
+	pool *workers // the attempts' goroutines (workers.go)
+	// done is buffered, so that an attempt's worker is rarely held by a
+	// busy loop.
+	done chan ended
+}
+
+func (e *effects) report(r ended) {
+	select {
+	case e.done <- r:
+	case <-e.ctx.Done():
+	}
+}
+
+// spawn runs fn in a goroutine of its own.
+func (e *effects) spawn(fn func() ended) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.report(fn())
+	}()
+}
+
+// run runs fn on a rollout worker.
+func (e *effects) run(fn func() ended) {
+	e.wg.Add(1)
+	e.pool.run(func() {
+		defer e.wg.Done()
+		e.report(fn())
+	})
+}
+
+// loop runs the effect loop until the run ends or fails, from what in
+// says (Run: a trainer to restore first). On return every effect it
+// started has ended.
+func (c *Controller) loop(ctx context.Context, in Input) error {
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	pool := newWorkers() // the rollouts' goroutines (workers.go)
+	eff := &effects{ctx: ctx, pool: newWorkers(), done: make(chan ended, 64)}
 	defer func() {
 		cancel()
-		wg.Wait()
-		pool.stop()
-		// What ended groups staged is valid: written now, a resume does
+		eff.wg.Wait()
+		eff.pool.stop()
+		// What sealed attempts staged is valid: written now, a resume does
 		// not run it again (and each staged append is waited on once).
 		_ = settle(c.unsettled.take())
 	}()
-	done := make(chan ended)
-	spawn := func(fn func() ended) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := fn()
-			select {
-			case done <- r:
-			case <-ctx.Done():
-			}
-		}()
-	}
 	var tick <-chan time.Time
 	if every := c.tickEvery(); every > 0 {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		tick = t.C
 	}
-	in := Input{Running: map[runlog.GroupID]bool{}}
-	var genSince time.Time
-	var cpuSince time.Duration
-	// note records that an effect ended: it is no longer in flight.
-	note := func(r ended) {
-		switch r.kind {
-		case effGroup:
-			delete(in.Running, r.group)
-			if len(in.Running) == 0 {
-				c.genTime.Add(int64(c.now().Sub(genSince)))
-				c.genCPU.Add(int64(c.o.CPU() - cpuSince))
-				genSince = time.Time{}
-			}
-		case effTrain:
-			in.Training, in.TrainStep, in.Committing = false, 0, false
-			c.stepMetrics = r.ms
-		case effCheckpoint:
-			in.Training = false
-		case effSnapshot:
-			in.Snapshotting = false
-		}
-	}
+	wake := time.NewTimer(time.Hour) // held attempts (Ready.Wake)
+	wake.Stop()
+	defer wake.Stop()
+	in.Attempts, in.Timeouts = map[runlog.RolloutID]uint32{}, map[runlog.RolloutID]Timeout{}
+	var gc genClock
+	var rd Ready
+	var err error
+	// One closure for every plan (a new one each time would cost an
+	// allocation per plan, and the loop plans once per attempt).
+	take := func(st *runlog.State) { rd, err = c.planner.Take(st, c.cfg, c.order, in) }
 	c.planner.start(c.now())
 	for {
-		in.Now, in.Served = c.now(), c.version.Load()
-		var rd Ready
-		var err error
+		in.Now = c.now()
 		view := c.o.Log.View
 		staged := c.unsettled.any()
 		if staged {
 			view = c.o.Log.ViewStaged // the round's records (settle.go)
 		}
-		view(func(st *runlog.State) { rd, err = c.planner.Take(st, c.cfg, c.order, in) })
+		view(take)
 		if err != nil {
 			return err
 		}
-		if err := c.perform(ctx, &rd, &in, spawn, pool, staged); err != nil {
+		if err := c.perform(ctx, &rd, &in, eff, staged); err != nil {
 			return err
 		}
 		c.planner.Advance()
-		if len(in.Running) > 0 && genSince.IsZero() {
-			genSince, cpuSince = c.now(), c.o.CPU()
-		}
-		if rd.Done {
-			return c.finish(ctx, rd)
-		}
-		if len(rd.Append) > 0 || rd.Train > 0 {
-			// The appended events may enable more (a spare to admit, the
-			// next round), and a deterministic train effect may be
-			// committed at once (its rounds already done): plan again.
+		clear(in.Timeouts) // the plan recorded them
+		c.inFlight.Store(int64(len(in.Attempts)))
+		gc.started(c, len(in.Attempts))
+		if again, err := c.after(ctx, &rd, &in); rd.Done && !again || err != nil {
+			return err
+		} else if again {
 			continue
 		}
-		if len(in.Running) == 0 && !in.Training && rd.Empty() {
+		wake.Stop()
+		if !rd.Wake.IsZero() {
+			wake.Reset(max(0, rd.Wake.Sub(c.now())))
+		}
+		if len(in.Attempts) == 0 && !in.Training && !in.Snapshotting && rd.Empty() && rd.Wake.IsZero() {
 			return fmt.Errorf("controller: nothing to do and nothing in flight before step %d (a planner bug)", c.view().step+1)
 		}
 		select {
-		case r := <-done:
-			note(r)
+		case r := <-eff.done:
+			c.note(&in, &gc, r)
 			if r.err != nil {
 				if ctx.Err() != nil {
 					return context.Cause(ctx)
 				}
-				if errors.Is(r.err, train.ErrStateLost) {
-					return c.drain(ctx, r.err, done, &in, note)
+				if !errors.Is(r.err, train.ErrStateLost) {
+					return r.err
 				}
-				return r.err
+				// The planner drains the effects in flight, then recovers
+				// the trainer (Ready.Recover).
+				in.TrainerLost = r.err
 			}
+		case <-wake.C:
 		case <-tick:
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -148,28 +162,80 @@ func (c *Controller) loop(ctx context.Context) error {
 	}
 }
 
-// drain lets the effects in flight end on their own before the loop
-// returns the trainer's lost state (err) to runRecovering, which restores
-// the trainer and starts the loop again: generation in flight (throughput
-// mode) finishes and is logged, so no call is generated twice, and no
-// effect of this loop runs beside the next one. An effect that fails
-// otherwise while draining stops the run with its own error.
-func (c *Controller) drain(ctx context.Context, err error, done <-chan ended, in *Input, note func(ended)) error {
-	// A train effect waiting for its commit (run.overlap) never meets a
-	// drain: only trainer calls lose the trainer's state, and the effects
-	// that may run beside it (generation, snapshots) make none.
-	for len(in.Running) > 0 || in.Training || in.Snapshotting {
-		select {
-		case r := <-done:
-			note(r)
-			if r.err != nil && !errors.Is(r.err, train.ErrStateLost) {
-				return r.err
-			}
-		case <-ctx.Done():
-			return context.Cause(ctx)
+// after carries out what follows a performed Ready in the loop itself:
+// the end of the run (the final export: the loop returns err unless
+// again), the trainer's recovery; again says to plan at once (the Ready's
+// events may enable more).
+func (c *Controller) after(ctx context.Context, rd *Ready, in *Input) (again bool, err error) {
+	switch {
+	case rd.Done:
+		err := c.finish(ctx, *rd)
+		if ctx.Err() != nil || !errors.Is(err, train.ErrStateLost) {
+			return false, err
 		}
+		// The trainer lost its state before the final export: the
+		// planner recovers it and plans the rewound steps again.
+		in.TrainerLost = err
+		return true, nil
+	case rd.Recover:
+		v, err := c.recoverTrainer(ctx, in.TrainerLost)
+		switch {
+		case err == nil:
+			in.TrainerLost, in.Served = nil, v
+		case ctx.Err() == nil && errors.Is(err, train.ErrStateLost):
+			// Lost again while restored (restarted during the checkpoint
+			// load or the first export): the planner counts it.
+			in.TrainerLost = err
+		case errors.Is(in.TrainerLost, errNotRestored):
+			return false, err // the run's start: restore says what failed
+		default:
+			return false, fmt.Errorf("controller: recovering the trainer: %w", err)
+		}
+		return true, nil
 	}
-	return err
+	// The appended events may enable more (a spare to admit, the next
+	// round), and a deterministic train effect may be committed at once
+	// (its rounds already done).
+	return len(rd.Append) > 0 || rd.Train > 0, nil
+}
+
+// genClock measures generation (some attempt in flight) for the next
+// metrics row.
+type genClock struct {
+	since time.Time
+	cpu   time.Duration
+}
+
+func (g *genClock) started(c *Controller, attempts int) {
+	if attempts > 0 && g.since.IsZero() {
+		g.since, g.cpu = c.now(), c.o.CPU()
+	}
+}
+
+// note records that an effect ended: it is no longer in flight.
+func (c *Controller) note(in *Input, gc *genClock, r ended) {
+	switch r.kind {
+	case effAttempt:
+		delete(in.Attempts, r.rollout)
+		if r.timeout != nil {
+			in.Timeouts[r.rollout] = *r.timeout
+		}
+		if len(in.Attempts) == 0 && !gc.since.IsZero() {
+			c.figures.genTime.Add(int64(c.now().Sub(gc.since)))
+			c.figures.genCPU.Add(int64(c.o.CPU() - gc.cpu))
+			gc.since = time.Time{}
+		}
+	case effTrain:
+		in.Training, in.TrainStep, in.Committing = false, 0, false
+		c.stepMetrics = r.ms
+		if r.err == nil {
+			in.Served = r.step // the version it published
+		}
+	case effCheckpoint:
+		in.Training = false
+	case effSnapshot:
+		in.Snapshotting = false
+	}
 }
 
 // tickEvery is how often the loop wakes without an effect ending: for the
@@ -188,11 +254,12 @@ func (c *Controller) tickEvery() time.Duration {
 }
 
 // perform carries out a Ready: its events in one atomic append first,
-// then its effects, each started in a goroutine that reports when it ends.
-// staged: rd was taken from the log's staged state, so before any effect
-// starts, the unsettled appends it rests on are made durable (by the
-// decisions' own append, staged after them, when it has one).
-func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn func(func() ended), pool *workers, staged bool) error {
+// then its effects, each started in a goroutine (an attempt on a rollout
+// worker) that reports when it ends. staged: rd was taken from the
+// log's staged state, so before any effect starts, the unsettled appends
+// it rests on are made durable (by the decisions' own append, staged after
+// them, when it has one).
+func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, eff *effects, staged bool) error {
 	if staged && rd.Empty() {
 		return nil // the round still runs: nothing rests on its records yet
 	}
@@ -209,37 +276,22 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 			return err
 		}
 	}
-	// The groups as launched, read before their attempts start (a member
-	// with no events clones without allocating); runGroup reads only which
-	// members are sealed.
-	launch := make([]*runlog.Group, len(rd.Launch))
-	c.o.Log.View(func(st *runlog.State) {
-		for i, id := range rd.Launch {
-			launch[i] = st.Groups[id].Clone()
+	if rd.Stall > 0 {
+		msg := c.stallReport(rd.Stall)
+		if errors.Is(rd.Abort, ErrStalled) {
+			return fmt.Errorf("%w: %s", rd.Abort, msg)
 		}
-	})
-	if err := c.startAttempts(ctx, rd.Launch); err != nil {
+		c.log.Warn("run stalled", "detail", msg)
+	}
+	if ce := (*capError)(nil); errors.As(rd.Abort, &ce) {
+		// Say which key to change and how to resume with it (hints.go).
+		return fmt.Errorf("%w%s", rd.Abort, c.capHint(ce.key, ce.n))
+	}
+	if rd.Abort != nil {
+		return rd.Abort
+	}
+	if err := c.launchAttempts(ctx, rd.Attempts, in, eff.run); err != nil {
 		return err
-	}
-	tasks := make([]env.Task, len(launch))
-	for i, g := range launch {
-		var err error
-		if tasks[i], err = c.task(g); err != nil {
-			return err
-		}
-	}
-	// Counted before any starts: a group done early waits for the round's
-	// other groups (settle.go), not only for those already started.
-	c.generating.add(len(launch))
-	callers := make([][]*gen.Caller, len(launch))
-	for i, g := range launch {
-		callers[i] = c.expectMembers(g)
-	}
-	for i, g := range launch {
-		in.Running[g.ID] = true
-		spawn(func() ended {
-			return ended{kind: effGroup, group: g.ID, err: c.runGroup(ctx, g, tasks[i], pool, callers[i])}
-		})
 	}
 	if rd.Train > 0 {
 		in.Training, in.TrainStep = true, rd.Train
@@ -249,7 +301,7 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 			release = make(chan struct{})
 		}
 		c.release = release
-		spawn(func() ended {
+		eff.spawn(func() ended {
 			ms, err := c.trainStep(ctx, k, release)
 			return ended{kind: effTrain, step: k, ms: ms, err: err}
 		})
@@ -265,27 +317,19 @@ func (c *Controller) perform(ctx context.Context, rd *Ready, in *Input, spawn fu
 		if c.stepMetrics.Step == k {
 			metric = metricValue(c.stepMetrics, c.cfg.Checkpointing.Metric)
 		}
-		spawn(func() ended { return ended{kind: effCheckpoint, step: k, err: c.checkpoint(ctx, k, metric)} })
+		eff.spawn(func() ended { return ended{kind: effCheckpoint, step: k, err: c.checkpoint(ctx, k, metric)} })
 	}
 	if rd.Snapshot {
 		in.Snapshotting = true
-		spawn(func() ended { c.snapshot(ctx); return ended{kind: effSnapshot} })
-	}
-	if rd.Stall > 0 {
-		msg := c.stallReport(rd.Stall)
-		if c.cfg.RolloutFailure.StallAction == "abort" {
-			return fmt.Errorf("%w: %s", ErrStalled, msg)
-		}
-		c.log.Warn("run stalled", "detail", msg)
+		eff.spawn(func() ended { c.snapshot(ctx); return ended{kind: effSnapshot} })
 	}
 	return nil
 }
 
-// appendDecisions appends a Ready's events in one atomic append, says
-// what they decide in the log, and enforces the drop caps once a group is
-// dropped.
+// appendDecisions appends a Ready's events in one atomic append and says
+// what they decide in the log.
 func (c *Controller) appendDecisions(ctx context.Context, rd *Ready) error {
-	regen, drops := 0, false
+	regen := 0
 	for _, ev := range rd.Append {
 		switch e := ev.(type) {
 		case runlog.PromptAdmitted:
@@ -295,8 +339,9 @@ func (c *Controller) appendDecisions(ctx context.Context, rd *Ready) error {
 		case runlog.RolloutRegenerated:
 			regen++
 		case runlog.GroupRequeued, runlog.GroupDropped:
-			drops = true
 			c.logOutcome(ev)
+		case runlog.RolloutFailed:
+			c.log.Warn("rollout attempt ran past its deadline", "rollout", e.Rollout, "attempt", e.Attempt, "err", e.Reason)
 		}
 	}
 	if _, err := c.o.Log.Append(ctx, rd.Append...); err != nil {
@@ -304,10 +349,7 @@ func (c *Controller) appendDecisions(ctx context.Context, rd *Ready) error {
 	}
 	if regen > 0 {
 		c.log.Warn("regenerating stale members of retried groups", "step", rd.Step, "members", regen)
-		c.regenerated.Add(int64(regen))
-	}
-	if drops {
-		return c.checkDropCaps()
+		c.figures.regenerated.Add(int64(regen))
 	}
 	return nil
 }
@@ -346,12 +388,9 @@ func (c *Controller) finish(ctx context.Context, rd Ready) error {
 		return nil
 	}
 	// A trainer that lost its state fails this with train.ErrStateLost,
-	// which runRecovering answers as it does mid-run.
+	// which the planner answers as it does mid-run (Ready.Recover).
 	if err := c.o.Trainer.ExportWeights(ctx, c.o.FinalWeights); err != nil {
 		return fmt.Errorf("controller: final weights: %w", err)
 	}
 	return nil
 }
-
-// ErrStalled is returned when the stall watchdog aborts the run.
-var ErrStalled = errors.New("controller: run stalled")

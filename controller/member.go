@@ -1,7 +1,7 @@
 package controller
 
-// This file holds one rollout's effect loop (runMember) and the rollout
-// spec the config implies.
+// This file holds the effect that runs one rollout attempt (runAttempt),
+// the rollout spec the config implies, the call timer and the recorder.
 
 import (
 	"context"
@@ -22,164 +22,62 @@ import (
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
 )
 
-// runMember runs one rollout to its seal, resuming its current attempt
-// from the log when it has one, retrying failed attempts within budget.
-// Every decision (resume or new attempt, restart or continue, backoff,
-// exhausted) is read from the rollout's state as the log folds it
-// (decide.go), never from this goroutine's memory, so a restarted process
-// decides exactly what this one would have.
+// runAttempt is the effect that runs one attempt of one rollout, as the
+// planner decided it (plan.go): it resumes from the rollout's logged
+// events, runs rollout.Run under the attempt's deadlines, and reports only
+// by appending (its calls, steps and seal or failure) and by its wake-up.
+// It decides nothing: not whether to retry, when, or how.
 //
 // A sealed attempt returns with its seal and what came before it maybe
-// only staged: they are left in pend for the group to settle (settle.go).
-//
-// first, when not nil, is the caller the generator has counted away since
-// the group's launch (expectMembers): the first attempt calls as first,
-// and a member that does not go straight to its calls (done, out of
-// budget, backing off, failed) leaves it, so no batch waits for it.
-func (c *Controller) runMember(ctx context.Context, g *runlog.Group, id runlog.RolloutID, task env.Task, pend *[]runlog.Staged, first *gen.Caller) error {
-	c.inFlight.Add(1)
-	defer c.inFlight.Add(-1)
-	defer first.Leave() // a no-op once left
+// only staged (settle.go). An attempt a deadline ended returns the
+// Timeout for the planner to record (rollout.Run records nothing when its
+// context ends). An error in the wake-up is one the log does not hold (it
+// refused an append): the run stops.
+func (c *Controller) runAttempt(ctx context.Context, a Attempt, g *runlog.Group, task env.Task, caller *gen.Caller) ended {
+	defer caller.Leave() // a no-op once left
+	out := ended{kind: effAttempt, rollout: a.Rollout}
+	prior, err := c.o.Log.RolloutEvents(a.Rollout)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	c.cache.seed(a.Rollout, prior)
 	rf := c.cfg.RolloutFailure
-	for {
-		var r runlog.Rollout
-		c.o.Log.View(func(s *runlog.State) { r = *s.Rollout(id) })
-		next := nextAttempt(&r, rf, c.cfg.Run.Seed)
-		switch {
-		case next.done:
-			return nil
-		case next.exhausted:
-			return &exhaustedError{id: id, class: r.LastFailure.Class, n: int(r.InfraFailures + r.DataFailures),
-				err: errors.New(r.LastFailure.Reason)}
-		}
-		if next.backoff > 0 {
-			first.Leave()
-			first = nil
-			select {
-			case <-time.After(next.backoff):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		attempt := r.Attempt
-		if next.start {
-			ev := c.attemptStarted(&r, next)
-			attempt = ev.Attempt
-			if _, err := c.o.Log.Append(ctx, ev); err != nil {
-				return err
-			}
-		}
-		prior, err := c.o.Log.RolloutEvents(id)
-		if err != nil {
-			return err
-		}
-		c.evMu.Lock()
-		// Room for a typical attempt's events (a call, an env step and now
-		// and then a compaction per turn), so the cache does not regrow
-		// on every few appends.
-		c.events[id] = append(make([]runlog.Event, 0, len(prior)+64), prior...)
-		c.evMu.Unlock()
-		actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
-		cctx, ccancel := context.WithCancelCause(actx)
-		ct := c.attemptTimer(ccancel)
-		// The attempt's calls are one gen.Caller's: the batcher closes a
-		// batch when the rollouts it answered are back (gen/caller.go).
-		caller := first
-		if first == nil {
-			caller = &gen.Caller{}
-		}
-		first = nil
-		sp, rec := c.spec(g, id, attempt, task, ct)
-		_, err = rollout.Run(gen.WithCaller(cctx, caller), sp, prior)
-		caller.Leave()
-		ct.close()
-		ccancel(nil)
-		cancel()
-		if err == nil {
-			*pend, rec.pend = rec.pend, nil
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		// rollout.Run records nothing when its context ends, so a failure
-		// of the attempt's own deadlines is recorded here, as infra.
-		var timeout error
-		switch {
-		case errors.Is(context.Cause(cctx), errCallTimeout):
-			timeout = fmt.Errorf("attempt %d: a model call ran past rollout_failure.call_timeout_s (%gs): %w", attempt, rf.CallTimeoutS, err)
-		case errors.Is(actx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded):
-			timeout = fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %w", attempt, rf.RolloutTimeoutS, err)
-		}
-		if timeout != nil && c.failedInLog(id, attempt) {
-			// The call's own failure got there first (the client's
-			// request timeout fired with the timer): it is recorded.
-			timeout = nil
-		}
-		if timeout != nil {
-			err = failure.NewInfra("rollout", timeout)
-			if _, aerr := c.o.Log.Append(ctx, runlog.RolloutFailed{Rollout: id, Attempt: attempt, Class: failure.Infra, Reason: err.Error()}); aerr != nil {
-				return aerr
-			}
-		}
-		var after runlog.Rollout
-		c.o.Log.View(func(s *runlog.State) { after = *s.Rollout(id) })
-		if after.Status != runlog.StatusFailed {
-			// The failure is not in the log (the log itself refused an
-			// append): retrying would decide from a state that does not
-			// know about it, so the run stops here and a resume goes on.
-			return fmt.Errorf("controller: rollout %s attempt %d: %w", id, attempt, err)
-		}
-		msg := "rollout attempt failed, retrying"
-		if nextAttempt(&after, rf, c.cfg.Run.Seed).exhausted {
-			msg = "rollout attempt failed, budget used up"
-		}
-		c.log.Warn(msg, "rollout", id, "attempt", attempt, "class", after.LastFailure.Class,
-			"infra_failures", after.InfraFailures, "data_failures", after.DataFailures, "err", err)
+	actx, cancel := context.WithTimeout(ctx, seconds(rf.RolloutTimeoutS))
+	cctx, ccancel := context.WithCancelCause(actx)
+	ct := c.attemptTimer(ccancel)
+	sp, rec := c.spec(g, a.Rollout, a.Attempt, task, ct)
+	// The attempt's calls are its gen.Caller's: the batcher closes a batch
+	// when the rollouts it answered are back (gen/caller.go).
+	_, err = rollout.Run(gen.WithCaller(cctx, caller), sp, prior)
+	caller.Leave()
+	ct.close()
+	ccancel(nil)
+	cancel()
+	switch {
+	case err == nil:
+		out.err = c.endAttempt(rec.pend)
+		rec.pend = nil
+		return out
+	case ctx.Err() != nil:
+		out.err = ctx.Err()
+		return out
+	case errors.Is(context.Cause(cctx), errCallTimeout):
+		out.timeout = &Timeout{Attempt: a.Attempt, Cause: runlog.CauseCallTimeout, Err: err.Error()}
+		return out
+	case errors.Is(actx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded):
+		out.timeout = &Timeout{Attempt: a.Attempt, Cause: runlog.CauseRolloutTimeout, Err: err.Error()}
+		return out
 	}
-}
-
-// attemptStarted is the event that starts a rollout's next attempt (plan
-// has start set), and says so when it starts the episode over.
-func (c *Controller) attemptStarted(r *runlog.Rollout, plan attemptPlan) runlog.AttemptStarted {
-	attempt := r.Attempt + 1
-	if plan.restart {
-		c.log.Warn("rollout restarts its episode", "rollout", r.ID, "attempt", attempt, "after", r.LastFailure.Reason)
+	if !c.failedInLog(a.Rollout, a.Attempt) {
+		// The failure is not in the log (the log itself refused an
+		// append): a retry would be decided from a state that does not
+		// know about it, so the run stops here and a resume goes on.
+		out.err = fmt.Errorf("controller: rollout %s attempt %d: %w", a.Rollout, a.Attempt, err)
+		return out
 	}
-	return runlog.AttemptStarted{Rollout: r.ID, Attempt: attempt,
-		Seed:    rng.Derive(c.cfg.Run.Seed, "attempt", uint64(r.ID.Group), uint64(r.ID.Member), uint64(attempt)),
-		Version: c.version.Load(), Restart: plan.restart}
-}
-
-// startAttempts starts, in one append, the next attempt of every member
-// of the launched groups that runMember would start at once (no backoff),
-// so that it finds the attempt running and goes on with it. Started from
-// each member's goroutine, the first one's append went alone and put that
-// member one append ahead of the others for the rest of the step: two
-// fsyncs per step more, and 64 appends instead of one. Decided from the
-// log by the same nextAttempt, so a resumed run decides alike.
-func (c *Controller) startAttempts(ctx context.Context, groups []runlog.GroupID) error {
-	var evs []runlog.Event
-	rf := c.cfg.RolloutFailure
-	c.o.Log.View(func(st *runlog.State) {
-		n := 0
-		for _, id := range groups {
-			n += len(st.Groups[id].Members)
-		}
-		evs = make([]runlog.Event, 0, n)
-		for _, id := range groups {
-			for _, r := range st.Groups[id].Members {
-				if next := nextAttempt(r, rf, c.cfg.Run.Seed); next.start && next.backoff == 0 {
-					evs = append(evs, c.attemptStarted(r, next))
-				}
-			}
-		}
-	})
-	if len(evs) == 0 {
-		return nil
-	}
-	_, err := c.o.Log.Append(ctx, evs...)
-	return err
+	c.log.Warn("rollout attempt failed", "rollout", a.Rollout, "attempt", a.Attempt, "class", failure.ClassOf(err), "err", err)
+	return out
 }
 
 // failedInLog reports whether the log holds the failure of the rollout's
@@ -196,9 +94,9 @@ func (c *Controller) failedInLog(id runlog.RolloutID, attempt uint32) bool {
 func (c *Controller) spec(g *runlog.Group, id runlog.RolloutID, attempt uint32, task env.Task, ct *callTimer) (rollout.Spec, *recorder) {
 	rec := &recorder{c: c, id: id}
 	sp := RolloutSpec(c.cfg, c.o.Envs, task, id, attempt,
-		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.genTokens, ct}, rec)
+		rng.Derive(c.cfg.Run.Seed, "env", uint64(g.ID)), countingGen{c.o.Generator, &c.figures.genTokens, ct}, rec)
 	sp.Logger = c.log
-	sp.StageSeal = true // the group settles (settle.go)
+	sp.StageSeal = true // the loop or the attempt settles it (settle.go)
 	if c.o.Chat != nil {
 		sp.Chat, sp.ToolParser = c.o.Chat, c.o.ToolParser
 		sp.History = bridge.History(c.cfg.History)
@@ -347,9 +245,9 @@ func (ct *callTimer) fire() {
 }
 
 // recorder is one attempt's rollout.Recorder: it appends to the run log,
-// keeps the controller's event cache, counts late answers and fires the
-// call.logged crash point. It also stages (rollout.Stager): pend are the
-// staged appends not yet settled, in staging order.
+// keeps the controller's event cache (cache.go), counts late answers and
+// fires the call.logged crash point. It also stages (rollout.Stager): pend
+// are the staged appends not yet settled, in staging order.
 type recorder struct {
 	c    *Controller
 	id   runlog.RolloutID
@@ -361,7 +259,7 @@ func (r *recorder) Record(ctx context.Context, evs ...runlog.Event) error {
 		r.refused(err)
 		return err
 	}
-	r.cache(evs)
+	r.c.cache.add(r.id, evs)
 	r.crashAtCalls(evs)
 	return nil
 }
@@ -382,7 +280,7 @@ func (r *recorder) Stage(ctx context.Context, evs ...runlog.Event) error {
 		r.refused(err)
 		return err
 	}
-	r.cache(evs)
+	r.c.cache.add(r.id, evs)
 	r.pend = append(r.pend, st)
 	// The crash point fires once staged, maybe before the fsync: a kill
 	// there loses the call or not, and the resume must be right either way.
@@ -406,14 +304,6 @@ func (r *recorder) Settle() error {
 func (r *recorder) refused(err error) {
 	if errors.Is(err, runlog.ErrStaleAttempt) {
 		// A late answer of a fenced attempt: discarded, counted.
-		r.c.lateResults.Add(1)
+		r.c.figures.lateResults.Add(1)
 	}
-}
-
-func (r *recorder) cache(evs []runlog.Event) {
-	r.c.evMu.Lock()
-	if cached, ok := r.c.events[r.id]; ok {
-		r.c.events[r.id] = append(cached, evs...)
-	}
-	r.c.evMu.Unlock()
 }

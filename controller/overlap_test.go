@@ -42,7 +42,7 @@ func (g *stepGate) TrainStep(ctx context.Context, b train.Batch) (train.StepStat
 //
 // The fake generator holds the first call of each step s ≥ 2 until step
 // s-1 has finished TrainStep (one-at-a-time training never gets there
-// while a round runs: the hold times out and the test fails), then gives
+// while a round runs: the hold times out after 30 s and the test fails), then gives
 // a premature publish of version s-1 time to land before it answers.
 func TestTrainingOverlapsGeneration(t *testing.T) {
 	const steps, perStep = 4, 2
@@ -67,7 +67,7 @@ func TestTrainingOverlapsGeneration(t *testing.T) {
 		}
 		select {
 		case <-gate.done(s - 1):
-		case <-time.After(2 * time.Second):
+		case <-time.After(30 * time.Second): // only a run that does not overlap waits this out
 			mu.Lock()
 			missed = append(missed, s)
 			mu.Unlock()

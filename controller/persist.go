@@ -22,23 +22,24 @@ func (c *Controller) ckptDir() string {
 }
 
 // restore brings the trainer to the newest durable checkpoint the log
-// covers. Steps the log recorded after it are rewound: their groups go back
-// to committed-not-trained and are trained again from the same data.
-func (c *Controller) restore(ctx context.Context) error {
+// covers and returns the version it publishes. Steps the log recorded
+// after it are rewound: their groups go back to committed-not-trained and
+// are trained again from the same data.
+func (c *Controller) restore(ctx context.Context) (int64, error) {
 	logged := c.view().step
 	var from int64
 	found := false
 	if c.cfg.Checkpointing.Enabled {
 		e, m, rejected, ok, err := ckpt.Latest(c.ckptDir(), logged)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for _, r := range rejected {
 			c.log.Warn("checkpoint rejected, using an older one", "path", r.Entry.Path, "err", r.Err)
 		}
 		if ok {
 			if err := c.o.Trainer.LoadCheckpoint(ctx, e.Path); err != nil {
-				return fmt.Errorf("controller: loading checkpoint %s: %w", e.Path, err)
+				return 0, fmt.Errorf("controller: loading checkpoint %s: %w", e.Path, err)
 			}
 			from, found = m.Step, true
 			c.log.Info("resumed from checkpoint", "path", e.Path, "step", m.Step)
@@ -47,31 +48,31 @@ func (c *Controller) restore(ctx context.Context) error {
 	if !found {
 		if c.o.WarmStart != nil {
 			if err := c.o.WarmStart(ctx); err != nil {
-				return fmt.Errorf("controller: warm start: %w", err)
+				return 0, fmt.Errorf("controller: warm start: %w", err)
 			}
 		}
 	}
 	if err := c.syncTrainer(ctx, from); err != nil {
-		return err
+		return 0, err
 	}
 	if from < logged {
 		c.log.Info("rewinding trained steps the newest checkpoint does not cover", "from", logged, "to", from)
 		if _, err := c.o.Log.Append(ctx, runlog.Rewound{Step: from, Version: from}); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := c.o.Publish(ctx, from); err != nil {
-		return err
+		return 0, err
 	}
-	c.setVersion(from)
+	c.fence(from)
 	if !found && c.cfg.Checkpointing.Enabled {
 		// The initial policy (after a warm start) is checkpoint 0, so a
 		// resume before the first periodic checkpoint skips the warm start.
 		if err := c.checkpoint(ctx, 0, nil); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return from, nil
 }
 
 // checkpoint writes the trainer's state as checkpoint k, records it, and

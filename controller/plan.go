@@ -1,39 +1,65 @@
 package controller
 
+// This file is what decides the controller's next action: plan, a pure
+// function of the run state the log folds, the config, what the effect
+// loop reports (Input, the clock included) and the planner's memory. Every
+// decision of the run is made here or in the pure functions it calls
+// (decide.go, stepbatch.go); the effect loop (loop.go) only carries a
+// Ready out and reports back.
+
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/longhaul-rl/longhaul/data"
+	"github.com/longhaul-rl/longhaul/failure"
+	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
 // Ready is everything the controller does next, planned (plan) from the
 // run state the log folds, the config, and what the effect loop reports
 // in flight (Input). It covers the whole loop: a generation round of one
-// step, the step to train, a checkpoint or snapshot that is due, the
-// watchdog's verdict and the end of the run.
+// step down to each rollout attempt, the step to train, a checkpoint or
+// snapshot that is due, the watchdog's verdict, the trainer's recovery,
+// an abort and the end of the run.
 //
 // Ordering contract: append BEFORE launching. The effect loop appends
 // Append in one atomic Log.Append and only then starts anything else
-// (Launch, Train, Checkpoint, Snapshot), so no work starts that the log
-// does not already know about: a crash between the two leaves the
+// (Attempts, Train, Checkpoint, Snapshot, Recover), so no work starts that
+// the log does not already know about: a crash between the two leaves the
 // decisions in the log, and the next plan, reading the same state, finds
-// them made (prompts admitted, outcomes decided, members marked for
-// regeneration) and starts the same work. Effects report only by appending
-// events (a launched group's members append their calls and seals, the
-// train effect appends StepTrained, the checkpoint effect
-// CheckpointDurable); the loop wakes when one ends and plans again from
-// the log.
+// them made (prompts admitted, attempts started, outcomes decided, members
+// marked for regeneration) and starts the same work. Effects report only
+// by appending events (an attempt its calls and its seal or failure, the
+// train effect StepTrained, the checkpoint effect CheckpointDurable) and
+// by a wake-up that names the effect (with a deadline that ended an
+// attempt, which the next plan records); the loop then plans again.
 type Ready struct {
-	// Step is the step of the generation round (Append, Launch); 0: none.
+	// Step is the step of the generation round (Launch); 0: none.
 	Step int64
-	// Append holds admissions, group outcomes (commit, requeue, drop) and
-	// regenerations of stale members.
+	// Append holds, in this order: the failures of attempts a deadline
+	// ended, the AttemptStarted of new attempts of launched groups,
+	// admissions, group outcomes (commit, requeue, drop), regenerations of
+	// stale members, and the AttemptStarted of the groups launched now.
 	Append []runlog.Event
-	// Launch holds the open groups of Step to run, in admission order:
-	// each member runs until it seals or uses up its attempts.
+	// Launch holds the open groups of Step launched now, in admission
+	// order: their members' attempts are in Attempts (or Held). A group
+	// stays launched until none of its members has an attempt in flight,
+	// held, or to start (each is sealed or used up its attempts).
 	Launch []runlog.GroupID
+	// Attempts are the rollout attempts to run now, one effect each: a new
+	// attempt (its AttemptStarted is in Append) or the resume of the one
+	// the log has running (after a crash).
+	Attempts []Attempt
+	// Held are new attempts decided but waiting out their backoff after
+	// an infra failure (NotBefore after Input.Now); Wake is the earliest
+	// NotBefore, when the loop plans again to start them.
+	Held []Attempt
+	Wake time.Time
 	// Train is the step to train now (0: none): every group scheduled for
 	// it has an outcome. The effect reads the groups' events, picks the
 	// batch (stepBatch), trains and appends StepTrained.
@@ -57,8 +83,22 @@ type Ready struct {
 	// (rollout_checkpointing.snapshot_attempt_interval_s).
 	Snapshot bool
 	// Stall, when positive, is how long the log has not moved: past
-	// rollout_failure.stall_timeout_s the watchdog warns or aborts.
+	// rollout_failure.stall_timeout_s the watchdog warns (or, with
+	// stall_action: abort, Abort is ErrStalled).
 	Stall time.Duration
+	// Recover: the trainer holds no state of this run (Input.TrainerLost:
+	// the run's start, or it lost it) and nothing is in flight any more:
+	// load the newest durable checkpoint into it, rewind the log's trained
+	// steps to it and publish, as a resumed process does after a crash,
+	// then plan again. The planner's memory
+	// starts over with it (the interrupted rounds are abandoned: their
+	// effects are in the log, which the next round plans from).
+	Recover bool
+	// Abort, when set, stops the run once Append is in the log, with
+	// nothing started: a run-wide drop cap exceeded (a *capError, wrapping
+	// ErrTooManyDropped), the stall watchdog with stall_action: abort
+	// (ErrStalled), or a trainer that keeps losing its state.
+	Abort error
 	// DataEnded: run.max_epochs used up the data before step NextStep.
 	DataEnded bool
 	NextStep  int64
@@ -68,10 +108,25 @@ type Ready struct {
 	mem memory // the planner's memory once this Ready is performed
 }
 
-// Empty reports whether the Ready asks for nothing.
+// Attempt is one attempt of one rollout: the unit the effect loop runs.
+type Attempt struct {
+	Rollout runlog.RolloutID
+	Attempt uint32 // its number
+	// New: a new attempt (AttemptStarted in Append); else the loop resumes
+	// the attempt the log has running.
+	New bool
+	// Restart: the new attempt starts the episode over (its environment
+	// diverged on replay, or it is being regenerated).
+	Restart bool
+	// NotBefore is when its backoff ends (zero: none).
+	NotBefore time.Time
+}
+
+// Empty reports whether the Ready asks for nothing to be done now (held
+// attempts wait for Wake).
 func (rd *Ready) Empty() bool {
-	return len(rd.Append) == 0 && len(rd.Launch) == 0 && rd.Train == 0 && !rd.Commit && !rd.Checkpoint &&
-		!rd.Snapshot && rd.Stall == 0 && !rd.Done
+	return len(rd.Append) == 0 && len(rd.Attempts) == 0 && rd.Train == 0 && !rd.Commit && !rd.Checkpoint &&
+		!rd.Snapshot && rd.Stall == 0 && !rd.Recover && rd.Abort == nil && !rd.Done
 }
 
 // Input is what the effect loop knows that the log does not: the clock
@@ -79,10 +134,15 @@ func (rd *Ready) Empty() bool {
 type Input struct {
 	Now    time.Time
 	Served int64
-	// Running holds the launched groups whose members have not all
-	// returned; the planner neither launches them again nor decides
-	// their outcome.
-	Running map[runlog.GroupID]bool
+	// Attempts are the rollout attempts running in this process (rollout
+	// → attempt number): the planner neither starts them again nor
+	// decides their group's outcome.
+	Attempts map[runlog.RolloutID]uint32
+	// Timeouts are the attempts that a deadline ended since the last
+	// Ready (rollout.Run records nothing when its context ends); the
+	// planner records each as an infra failure unless the log holds the
+	// attempt's own failure already.
+	Timeouts map[runlog.RolloutID]Timeout
 	// Training: a train or checkpoint effect holds the trainer.
 	Training bool
 	// TrainStep is the step of the train effect in flight (0: none, or
@@ -92,21 +152,65 @@ type Input struct {
 	Committing bool
 	// Snapshotting: a snapshot is being written.
 	Snapshotting bool
+	// TrainerLost is the error of an effect that found the trainer had
+	// lost its state (train.ErrStateLost), until a recovery succeeds; at
+	// the run's start, that the trainer is not restored yet.
+	TrainerLost error
 }
 
-// memory is the little the planner remembers between Readies, all of it
-// about the clock: when the log last moved, when the watchdog last
-// warned, when the last snapshot was due (and the log's length then).
+// Timeout is an attempt that a deadline ended.
+type Timeout struct {
+	Attempt uint32
+	Cause   runlog.FailureCause // CauseCallTimeout or CauseRolloutTimeout
+	Err     string              // what the attempt returned
+}
+
+// memory is what the planner remembers between Readies: its clocks (when
+// the log last moved, when the watchdog last warned, when the last
+// snapshot was due), the groups it launched, the attempts it holds back,
+// and the trainer's recoveries. A new process starts with none of it: the
+// log alone says what was decided.
 type memory struct {
+	started                    bool // the clocks run (the first plan starts them)
 	seen                       uint64
 	progress, warned, snapshot time.Time
 	// snapApplied is the event count the log reaches with the last
 	// snapshot's own record: while it is unchanged no snapshot is due.
 	snapApplied uint64
+	// launched are the groups launched and not yet done, in launch order.
+	// Never modified in place (copied on change): a Ready taken and not
+	// advanced must leave the memory it came from as it was.
+	launched []runlog.GroupID
+	// held are the attempts waiting out their backoff; copied on change.
+	held map[runlog.RolloutID]Attempt
+	// capsChecked: the whole log was checked against the drop caps (once
+	// per process; then each new drop is).
+	capsChecked bool
+	rec         recoveries
 }
 
+// recoveries counts the trainer's recoveries in a row that were not
+// followed by a trained step.
+type recoveries struct {
+	n int
+	// from is the step the last recovery rewound to; restoring: it was
+	// decided and from is read at the next plan.
+	from      int64
+	restoring bool
+}
+
+// maxFruitlessRecoveries bounds trainer recoveries in a row that were not
+// followed by a trained step: a trainer that loses its state again at
+// once (or never reaches the checkpoint's step) is a fault to report, not
+// to loop on.
+const maxFruitlessRecoveries = 5
+
+// ErrStalled is returned when the stall watchdog aborts the run.
+var ErrStalled = errors.New("controller: run stalled")
+
 // plan decides the next Ready. It is pure: no I/O, no clock (the time is
-// an input), no randomness; the same inputs give the same Ready.
+// an input), no randomness beyond the run seed; the same inputs give the
+// same Ready.
 //
 // The schedule: in deterministic mode the log records one thing at a
 // time, in the order of the old single-goroutine loop: steps k..k+lag are
@@ -117,23 +221,45 @@ type memory struct {
 // (StepTrained, the publish of version k) waits for them (Commit). In
 // throughput mode generation of step s starts as soon as version s-1-lag
 // is served and runs while earlier steps train.
+//
+// A round's rollouts run one attempt at a time: when one ends the planner
+// decides its next (a new attempt, after a backoff when the failure was
+// infra, restarting the episode when it diverged) or that it used up its
+// attempts; once no member of a group is left to run, the group's outcome.
 func plan(st *runlog.State, cfg *Config, order *data.Order, in Input, mem memory) (Ready, error) {
-	rd := Ready{mem: mem}
-	rd.mem, rd.Stall = watch(mem, st.Applied, in.Now, durationS(cfg.RolloutFailure.StallTimeoutS))
-	if iv := durationS(cfg.SnapshotIntervalS); iv > 0 && !in.Snapshotting && in.Now.Sub(mem.snapshot) >= iv {
-		rd.mem.snapshot = in.Now
-		// Nothing new since the last snapshot: another would cost a write
-		// for nothing, and its SnapshotWritten record would look like
-		// progress to the watchdog through an outage. The log then holds
-		// exactly one event more than when the last one was due, its own
-		// record (a failed snapshot leaves none, and is tried again).
-		if st.Applied != mem.snapApplied {
-			rd.Snapshot, rd.mem.snapApplied = true, st.Applied+1
+	p := planning{st: st, cfg: cfg, in: in, rd: Ready{mem: mem}}
+	rd := &p.rd
+	if !mem.started {
+		rd.mem.started, rd.mem.progress, rd.mem.snapshot = true, in.Now, in.Now
+	}
+	if rd.mem.rec.restoring {
+		rd.mem.rec.from, rd.mem.rec.restoring = st.Step, false
+	}
+	p.timeouts()
+	rd.mem, rd.Stall = watch(rd.mem, st.Applied, in.Now, durationS(cfg.RolloutFailure.StallTimeoutS))
+	if rd.Stall > 0 && cfg.RolloutFailure.StallAction == "abort" {
+		rd.Abort = ErrStalled
+		return *rd, nil
+	}
+	if in.TrainerLost != nil {
+		p.recoverTrainer()
+		return *rd, nil
+	}
+	p.snapshotDue()
+	if !rd.mem.capsChecked {
+		// A log already past a cap (a resume after the abort, unless the
+		// cap was raised) stops at once.
+		rd.mem.capsChecked = true
+		if err := dropCaps(st, cfg.RolloutFailure, nil); err != nil {
+			rd.Abort = err
+			return *rd, nil
 		}
 	}
+	p.retries()
+	running := rd.mem.launched // the groups whose members are not all done
 	k, last := st.Step+1, int64(cfg.Run.MaxSteps)
 	deterministic := !cfg.Run.Throughput()
-	ended := k <= last && dataEnded(st, k, cfg, in.Running) && genDone(st, k, cfg, order, in.Running)
+	ended := k <= last && dataEnded(st, k, cfg, running) && genDone(st, k, cfg, order, running)
 	if !in.Training && checkpointDue(st, cfg, ended) {
 		rd.Checkpoint, rd.CheckpointStep = true, st.Step
 	}
@@ -143,7 +269,7 @@ func plan(st *runlog.State, cfg *Config, order *data.Order, in Input, mem memory
 	// effect still computing (only its commit publishes).
 	overlap := deterministic && cfg.Run.Overlap
 	genHeld := deterministic && (rd.Checkpoint || in.Training && (!overlap || in.TrainStep == 0 || in.Committing))
-	if k <= last && !ended && len(in.Running) == 0 && !genHeld {
+	if k <= last && !ended && len(running) == 0 && !genHeld {
 		limit := last
 		if deterministic {
 			// Generation looks lag steps ahead even past max_steps, so that
@@ -156,126 +282,237 @@ func plan(st *runlog.State, cfg *Config, order *data.Order, in Input, mem memory
 			if !deterministic && in.Served < s-1-int64(cfg.Run.MaxLag) {
 				break
 			}
-			app, launch, err := genRound(st, s, cfg, order, in.Running)
+			app, launch, err := genRound(st, s, cfg, order, nil)
 			if err != nil {
 				return Ready{}, err
 			}
-			if len(app) > 0 || len(launch) > 0 {
-				rd.Step, rd.Append, rd.Launch = s, app, launch
-				break
+			if len(app) == 0 && len(launch) == 0 {
+				continue
 			}
+			if err := dropCaps(st, cfg.RolloutFailure, app); err != nil {
+				// The outcomes go to the log; nothing starts.
+				rd.Append, rd.Abort = append(rd.Append, app...), err
+				return *rd, nil
+			}
+			rd.Step = s
+			p.launch(app, launch)
+			break
 		}
 	}
-	genIdle := len(in.Running) == 0 && rd.Step == 0
-	if k <= last && !ended && !trainerBusy && (genIdle || (overlap || !deterministic) && genDone(st, k, cfg, order, in.Running)) {
+	genIdle := len(running) == 0 && rd.Step == 0
+	if k <= last && !ended && !trainerBusy && (genIdle || (overlap || !deterministic) && genDone(st, k, cfg, order, running)) {
 		rd.Train = k
 	}
 	if overlap && in.TrainStep == k && !in.Committing && genIdle && !genHeld {
 		rd.Commit = true
 	}
-	if (k > last || ended) && !trainerBusy && len(in.Running) == 0 {
+	if (k > last || ended) && !trainerBusy && len(running) == 0 {
 		rd.Done, rd.DataEnded, rd.NextStep = true, ended, k
 	}
-	return rd, nil
+	return *rd, nil
 }
 
-// genRound is one generation round of step s: the prompts s still needs
-// (admissions), and for each open group of s not running now: in
-// throughput mode its stale members to regenerate (then the group runs),
-// else its outcome once its members are done, else a launch.
-func genRound(st *runlog.State, s int64, cfg *Config, order *data.Order, running map[runlog.GroupID]bool) (app []runlog.Event, launch []runlog.GroupID, err error) {
-	adm, err := admissions(st, s, cfg, order)
-	if err != nil {
-		return nil, nil, err
+// planning is one plan in progress.
+type planning struct {
+	st  *runlog.State
+	cfg *Config
+	in  Input
+	rd  Ready
+}
+
+// snapshotDue decides whether a run-state snapshot is due.
+func (p *planning) snapshotDue() {
+	rd, st, in := &p.rd, p.st, p.in
+	if iv := durationS(p.cfg.SnapshotIntervalS); iv > 0 && !in.Snapshotting && in.Now.Sub(rd.mem.snapshot) >= iv {
+		rd.mem.snapshot = in.Now
+		// Nothing new since the last snapshot: another would cost a write
+		// for nothing, and its SnapshotWritten record would look like
+		// progress to the watchdog through an outage. The log then holds
+		// exactly one event more than when the last one was due, its own
+		// record (a failed snapshot leaves none, and is tried again).
+		if st.Applied != rd.mem.snapApplied {
+			rd.Snapshot, rd.mem.snapApplied = true, st.Applied+1
+		}
 	}
-	for _, id := range st.Unsettled() {
-		g := st.Groups[id]
-		if g.ForStep != s || g.Status != runlog.GroupStatusOpen || running[id] {
+}
+
+// timeouts records the attempts a deadline ended as infra failures, each
+// unless the log already holds the attempt's own failure (the client's
+// request timeout fired with the timer).
+func (p *planning) timeouts() {
+	rf := p.cfg.RolloutFailure
+	for _, id := range slices.SortedFunc(maps.Keys(p.in.Timeouts), compareRollouts) {
+		to := p.in.Timeouts[id]
+		r := p.st.Rollout(id)
+		if r == nil || r.Attempt != to.Attempt || r.Status != runlog.StatusRunning {
 			continue
 		}
-		if cfg.Run.Throughput() {
-			if stale := staleMembers(g, s, int64(cfg.Run.MaxLag)); len(stale) > 0 {
-				for _, m := range stale {
-					app = append(app, runlog.RolloutRegenerated{Rollout: m,
-						Reason: fmt.Sprintf("calls older than run.max_lag (%d) allows for step %d", cfg.Run.MaxLag, s)})
-				}
-				launch = append(launch, id)
-				continue
+		var err error
+		switch to.Cause {
+		case runlog.CauseCallTimeout:
+			err = fmt.Errorf("attempt %d: a model call ran past rollout_failure.call_timeout_s (%gs): %s", to.Attempt, rf.CallTimeoutS, to.Err)
+		default:
+			err = fmt.Errorf("attempt %d ran past rollout_failure.rollout_timeout_s (%gs): %s", to.Attempt, rf.RolloutTimeoutS, to.Err)
+		}
+		p.rd.Append = append(p.rd.Append, runlog.RolloutFailed{Rollout: id, Attempt: to.Attempt, Class: failure.Infra,
+			Reason: failure.NewInfra("rollout", err).Error(), Cause: to.Cause})
+	}
+}
+
+// recoverTrainer decides what to do while the trainer has lost its state:
+// start nothing, and once every effect in flight has ended (generation
+// finishes and is logged, so no call is generated twice; no effect of the
+// old trainer runs beside the recovered one), recover it, unless it keeps
+// losing its state without training a step in between.
+func (p *planning) recoverTrainer() {
+	rd, in := &p.rd, p.in
+	if len(in.Attempts) > 0 || in.Training || in.Snapshotting {
+		return
+	}
+	rec := rd.mem.rec
+	if p.st.Step > rec.from {
+		rec.n = 0
+	}
+	if rec.n++; rec.n > maxFruitlessRecoveries {
+		rd.Abort = fmt.Errorf("controller: the trainer lost its state %d times without training a step in between: %w", rec.n, in.TrainerLost)
+		return
+	}
+	rec.restoring = true
+	rd.Recover, rd.mem = true, memory{rec: rec}
+}
+
+// retries plans the next attempts of the launched groups' members whose
+// attempt ended, and forgets the groups none of whose members is left to
+// run (their outcome is the next generation round's).
+func (p *planning) retries() {
+	launched := p.rd.mem.launched
+	for i, id := range launched {
+		g := p.st.Groups[id]
+		if g != nil && g.Status == runlog.GroupStatusOpen && p.attempts(g.Members) {
+			continue
+		}
+		// Done: keep the groups before it, and the active ones after it.
+		kept := slices.Clone(launched[:i])
+		for _, id := range launched[i+1:] {
+			if g := p.st.Groups[id]; g != nil && g.Status == runlog.GroupStatusOpen && p.attempts(g.Members) {
+				kept = append(kept, id)
 			}
 		}
-		if ev := groupOutcome(g, cfg.RolloutFailure); ev != nil {
-			app = append(app, ev)
+		p.rd.mem.launched = kept
+		return
+	}
+}
+
+// launch adds a generation round's events and launches its groups: the
+// attempts of their members, decided from the state the round's events
+// make (a new group's members are pending, a regenerated member pending
+// and to restart), their AttemptStarted appended after those events.
+func (p *planning) launch(app []runlog.Event, launch []runlog.GroupID) {
+	rd := &p.rd
+	rd.Append = append(rd.Append, app...)
+	rd.Launch = launch
+	size := map[runlog.GroupID]uint16{}
+	regen := map[runlog.RolloutID]bool{}
+	for _, ev := range app {
+		switch e := ev.(type) {
+		case runlog.PromptAdmitted:
+			size[e.Group] = e.Size
+		case runlog.RolloutRegenerated:
+			regen[e.Rollout] = true
+		}
+	}
+	rd.mem.launched = append(slices.Clip(rd.mem.launched), launch...)
+	for _, id := range launch {
+		var members []*runlog.Rollout
+		if n, ok := size[id]; ok {
+			members = make([]*runlog.Rollout, n)
+			for m := range members {
+				members[m] = &runlog.Rollout{ID: runlog.RolloutID{Group: id, Member: uint16(m)}}
+			}
+		} else {
+			members = p.st.Groups[id].Members
+			if len(regen) > 0 {
+				members = slices.Clone(members)
+				for m, r := range members {
+					if regen[r.ID] {
+						v := *r
+						v.Status, v.Regenerate = runlog.StatusPending, true
+						members[m] = &v
+					}
+				}
+			}
+		}
+		p.attempts(members)
+	}
+}
+
+// attempts plans the attempts of a launched group's members that are
+// neither in flight nor waiting for a deadline's record: a new attempt
+// (started now, or held until its backoff ends), the resume of the attempt
+// the log has running, or none (sealed, or its attempts used up). It
+// reports whether any member is left to wait for.
+func (p *planning) attempts(members []*runlog.Rollout) (active bool) {
+	rd, in, rf, seed := &p.rd, p.in, p.cfg.RolloutFailure, p.cfg.Run.Seed
+	for _, r := range members {
+		if _, ok := in.Attempts[r.ID]; ok {
+			active = true
 			continue
 		}
-		launch = append(launch, id)
-	}
-	for _, ev := range adm {
-		launch = append(launch, ev.(runlog.PromptAdmitted).Group)
-	}
-	return append(adm, app...), launch, nil
-}
-
-// genDone reports whether step s is generated: no round is left to plan
-// for it and none of its groups is running.
-func genDone(st *runlog.State, s int64, cfg *Config, order *data.Order, running map[runlog.GroupID]bool) bool {
-	for id := range running {
-		if g := st.Groups[id]; g != nil && g.ForStep == s {
-			return false
+		if _, ok := in.Timeouts[r.ID]; ok {
+			active = true
+			continue
 		}
-	}
-	app, launch, err := genRound(st, s, cfg, order, running)
-	return err == nil && len(app) == 0 && len(launch) == 0
-}
-
-// dataEnded reports whether step k got no prompt because run.max_epochs
-// ran out: the run ends before it. A step past the data that holds only
-// retried groups which were then dropped for good has nothing to train
-// either.
-func dataEnded(st *runlog.State, k int64, cfg *Config, running map[runlog.GroupID]bool) bool {
-	if cfg.Run.MaxEpochs <= 0 {
-		return false
-	}
-	for _, id := range st.Unsettled() {
-		if g := st.Groups[id]; g.ForStep == k && (g.AdmittedFor == k || g.Status != runlog.GroupStatusDropped || running[id]) {
-			return false
+		next := nextAttempt(r, rf, seed)
+		switch {
+		case next.done || next.exhausted:
+			continue
+		case !next.start:
+			active = true
+			rd.Attempts = append(rd.Attempts, Attempt{Rollout: r.ID, Attempt: r.Attempt})
+			continue
 		}
-	}
-	return true
-}
-
-// checkpointDue reports whether the last trained step needs a checkpoint
-// that the log does not record yet: every checkpointing.save_period steps,
-// at run.max_steps, and when the data ran out (the run's last step).
-func checkpointDue(st *runlog.State, cfg *Config, ended bool) bool {
-	cp := cfg.Checkpointing
-	k := st.Step
-	if !cp.Enabled || k <= 0 || !(k%int64(cp.SavePeriod) == 0 || k == int64(cfg.Run.MaxSteps) || ended) {
-		return false
-	}
-	for _, c := range st.Checkpoints {
-		if c.Step == k {
-			return false
+		active = true
+		a := Attempt{Rollout: r.ID, Attempt: r.Attempt + 1, New: true, Restart: next.restart}
+		if next.backoff > 0 {
+			// The backoff counts from when the planner first saw the
+			// failure: the plan right after the attempt ended (a new
+			// process waits it out again, from its own start).
+			if h, ok := rd.mem.held[r.ID]; ok && h.Attempt == a.Attempt {
+				a.NotBefore = h.NotBefore
+			} else {
+				a.NotBefore = in.Now.Add(next.backoff)
+				rd.mem.held = maps.Clone(rd.mem.held)
+				if rd.mem.held == nil {
+					rd.mem.held = map[runlog.RolloutID]Attempt{}
+				}
+				rd.mem.held[r.ID] = a
+			}
+			if in.Now.Before(a.NotBefore) {
+				rd.Held = append(rd.Held, a)
+				if rd.Wake.IsZero() || a.NotBefore.Before(rd.Wake) {
+					rd.Wake = a.NotBefore
+				}
+				continue
+			}
+			rd.mem.held = maps.Clone(rd.mem.held)
+			delete(rd.mem.held, r.ID)
 		}
+		rd.Append = append(rd.Append, runlog.AttemptStarted{Rollout: r.ID, Attempt: a.Attempt,
+			Seed:    rng.Derive(seed, "attempt", uint64(r.ID.Group), uint64(r.ID.Member), uint64(a.Attempt)),
+			Version: in.Served, Restart: a.Restart})
+		rd.Attempts = append(rd.Attempts, a)
 	}
-	return true
+	return active
 }
 
-// watch is the stall watchdog's decision: after the stall timeout without
-// a new event it reports how long the log has been still (once per
-// timeout).
-func watch(m memory, applied uint64, now time.Time, limit time.Duration) (memory, time.Duration) {
-	if limit <= 0 {
-		return m, 0
+func compareRollouts(a, b runlog.RolloutID) int {
+	if a.Group != b.Group {
+		if a.Group < b.Group {
+			return -1
+		}
+		return 1
 	}
-	if applied != m.seen || m.progress.IsZero() {
-		m.seen, m.progress = applied, now
-		return m, 0
-	}
-	if now.Sub(m.progress) < limit || now.Sub(m.warned) < limit {
-		return m, 0
-	}
-	m.warned = now
-	return m, now.Sub(m.progress)
+	return int(a.Member) - int(b.Member)
 }
 
 // planner hands out one Ready at a time: taking a second before the
@@ -289,7 +526,7 @@ type planner struct {
 
 // start sets the planner's clock memory at the start of a process: the
 // watchdog and the snapshot interval count from now.
-func (p *planner) start(now time.Time) { p.mem = memory{progress: now, snapshot: now} }
+func (p *planner) start(now time.Time) { p.mem = memory{started: true, progress: now, snapshot: now} }
 
 // Take plans the next Ready from st; it panics if the previous Ready was
 // not advanced.

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/data"
@@ -23,14 +25,18 @@ import (
 // TestPlanScripts -rewrite` rewrites the expected outputs.
 //
 // Commands (one handler each): config KEY=VALUE...; plan step=N (one
-// generation round); ready [now=SECONDS] [served=V] [running=G,G]
-// [training] [computing=N] [committing=N] [snapshotting] (the whole planner: a Ready, performed and
-// advanced); checkpoint step=N; admit step=N;
-// start; finish-call r=G/M [n=K]; seal r=G/M; fail-call r=G/M
-// class=infra|data [diverged]; drop g=G; retry g=G; commit g=G;
-// train step=N; seal-all step=N; crash; resume; stabilize step=N; epoch; stale step=N lag=L;
-// snapshot-written.
-// G is a group's index in admission order.
+// generation round); ready [now=SECONDS] [served=V] [training]
+// [computing=N] [committing=N] [snapshotting] (the whole planner: a
+// Ready, performed and advanced; its attempts go in flight);
+// checkpoint step=N; admit step=N; start; finish-call r=G/M [n=K];
+// seal r=G/M; fail-call r=G/M class=infra|data [diverged];
+// timeout r=G/M [cause=call|rollout]; drop g=G; retry g=G; commit g=G;
+// train step=N; seal-all step=N; crash; resume; stabilize step=N; epoch;
+// stale step=N lag=L; snapshot-written; trainer-lost; restored step=N.
+// seal, fail-call, timeout, seal-all and stabilize end the attempts they
+// touch; crash is a new process (the state refolded from the events, a
+// fresh planner, nothing in flight). G is a group's index in admission
+// order.
 
 var rewrite = flag.Bool("rewrite", false, "rewrite testdata/plan expected outputs")
 
@@ -45,6 +51,7 @@ func TestPlanScripts(t *testing.T) {
 }
 
 type cmd struct {
+	comment    string // the comment lines before it, kept by -rewrite
 	line, want string
 }
 
@@ -54,13 +61,18 @@ func parseScript(t *testing.T, path string) []cmd {
 		t.Fatal(err)
 	}
 	var out []cmd
+	var comment strings.Builder
 	lines := strings.Split(string(b), "\n")
 	for i := 0; i < len(lines); i++ {
 		l := lines[i]
+		if strings.HasPrefix(l, "#") {
+			comment.WriteString(l + "\n")
+		}
 		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
 			continue
 		}
-		c := cmd{line: l}
+		c := cmd{comment: comment.String(), line: l}
+		comment.Reset()
 		if i+1 >= len(lines) || lines[i+1] != "----" {
 			t.Fatalf("%s:%d: command %q without a ---- line", path, i+1, l)
 		}
@@ -84,7 +96,7 @@ func runScript(t *testing.T, path string) {
 		if !*rewrite && got != c.want {
 			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, c.line, got, c.want)
 		}
-		fmt.Fprintf(&outb, "%s\n----\n%s\n\n", c.line, got)
+		fmt.Fprintf(&outb, "%s%s\n----\n%s\n\n", c.comment, c.line, got)
 	}
 	if *rewrite {
 		if err := os.WriteFile(path, []byte(outb.String()), 0o644); err != nil {
@@ -102,6 +114,12 @@ type scenario struct {
 	order  *data.Order
 	st     *runlog.State
 	events []runlog.Event
+	// What the effect loop would report: attempts in flight, deadlines
+	// that ended attempts since the last ready, a trainer that lost its
+	// state.
+	flight   map[runlog.RolloutID]uint32
+	timeouts map[runlog.RolloutID]Timeout
+	lost     error
 }
 
 func newScenario(t *testing.T) *scenario {
@@ -110,7 +128,8 @@ func newScenario(t *testing.T) *scenario {
 	ds := data.NewGenerated(cfg.Data.NumPrompts, func(i int) (data.Prompt, error) {
 		return data.Prompt{ID: fmt.Sprint("p", i), Task: []byte(`{}`)}, nil
 	})
-	sc := &scenario{t: t, cfg: cfg, cc: ctl(t, cfg), st: runlog.NewState()}
+	sc := &scenario{t: t, cfg: cfg, cc: ctl(t, cfg), st: runlog.NewState(),
+		flight: map[runlog.RolloutID]uint32{}, timeouts: map[runlog.RolloutID]Timeout{}}
 	sc.pl.start(t0)
 	sc.reorder(ds)
 	sc.apply(runlog.RunStarted{Seed: cfg.Run.Seed, Mode: "deterministic"})
@@ -162,7 +181,17 @@ func (sc *scenario) show(ev runlog.Event) string {
 	case runlog.RolloutSealed:
 		return fmt.Sprintf("RolloutSealed %s attempt=%d", sc.rname(e.Rollout), e.Attempt)
 	case runlog.RolloutFailed:
-		return fmt.Sprintf("RolloutFailed %s attempt=%d class=%s", sc.rname(e.Rollout), e.Attempt, e.Class)
+		cause := ""
+		switch e.Cause {
+		case runlog.CauseOther:
+		case runlog.CauseCallTimeout, runlog.CauseRolloutTimeout:
+			cause = fmt.Sprintf(" cause=%s reason=%q", e.Cause, e.Reason)
+		default:
+			cause = " cause=" + e.Cause.String()
+		}
+		return fmt.Sprintf("RolloutFailed %s attempt=%d class=%s%s", sc.rname(e.Rollout), e.Attempt, e.Class, cause)
+	case runlog.Rewound:
+		return fmt.Sprintf("Rewound step=%d", e.Step)
 	case runlog.GroupCommitted:
 		return "GroupCommitted " + sc.name(e.Group)
 	case runlog.GroupDropped:
@@ -306,15 +335,33 @@ func (sc *scenario) do(line string) string {
 		}
 	case "seal":
 		r := sc.rollout(a["r"])
+		delete(sc.flight, r.ID)
 		sc.emit(&b, runlog.RolloutSealed{Rollout: r.ID, Attempt: r.Attempt, Outcome: runlog.OutcomeCompleted, Reward: 1})
 	case "fail-call":
 		r := sc.rollout(a["r"])
-		reason := "injected"
+		delete(sc.flight, r.ID)
+		ev := runlog.RolloutFailed{Rollout: r.ID, Attempt: r.Attempt, Class: a["class"], Reason: "injected"}
 		if _, ok := a["diverged"]; ok {
-			reason = "data failure: resume: " + rollout.ErrDiverged.Error()
+			// What rollout.Run records for rollout.ErrDiverged.
+			ev.Reason, ev.Cause = "data failure: resume: "+rollout.ErrDiverged.Error(), runlog.CauseDiverged
 		}
-		sc.emit(&b, runlog.RolloutFailed{Rollout: r.ID, Attempt: r.Attempt, Class: a["class"], Reason: reason})
+		sc.emit(&b, ev)
 		fmt.Fprintln(&b, sc.showPlan(r.ID))
+	case "timeout":
+		return sc.timeout(a)
+	case "trainer-lost":
+		// An effect found the trainer back at step 0 (train.ErrStateLost).
+		sc.lost = errLost
+		return "the trainer lost its state"
+	case "restored":
+		// The recovery effect: the newest durable checkpoint (step N) is
+		// loaded into the trainer and the log rewound to it.
+		step, _ := strconv.ParseInt(a["step"], 10, 64)
+		sc.lost = nil
+		if sc.st.Step > step {
+			sc.emit(&b, runlog.Rewound{Step: step, Version: step})
+		}
+		fmt.Fprintf(&b, "the trainer is at step %d", step)
 	case "drop", "retry", "commit":
 		g := sc.group(a["g"])
 		ev := groupOutcome(g, sc.cc.RolloutFailure)
@@ -345,6 +392,8 @@ func (sc *scenario) do(line string) string {
 			}
 		}
 		sc.st = st
+		sc.pl = planner{}
+		sc.flight, sc.timeouts, sc.lost = map[runlog.RolloutID]uint32{}, map[runlog.RolloutID]Timeout{}, nil
 		fmt.Fprintf(&b, "refolded %d events; same state: %t", len(sc.events), st.Digest() == before)
 	case "resume":
 		for _, id := range sc.st.Order {
@@ -362,57 +411,9 @@ func (sc *scenario) do(line string) string {
 			return "nothing to resume"
 		}
 	case "seal-all":
-		// Every member of the step's open groups starts an attempt if it
-		// has none, makes one call and seals; the outcomes are left to the
-		// planner (ready).
-		step, _ := strconv.ParseInt(a["step"], 10, 64)
-		for _, id := range sc.st.Order {
-			g := sc.st.Groups[id]
-			if g.Status != runlog.GroupStatusOpen || g.ForStep != step {
-				continue
-			}
-			for _, m := range g.Members {
-				if p := nextAttempt(m, sc.cc.RolloutFailure, sc.cc.Run.Seed); p.start {
-					sc.emit(&b, runlog.AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: sc.st.Version, Restart: p.restart})
-				}
-				if m.Status == runlog.StatusRunning {
-					b.WriteString(sc.do(fmt.Sprintf("finish-call r=%s", sc.rname(m.ID))))
-					sc.emit(&b, runlog.RolloutSealed{Rollout: m.ID, Attempt: m.Attempt, Outcome: runlog.OutcomeCompleted, Reward: 1})
-				}
-			}
-		}
+		sc.sealAll(&b, a)
 	case "stabilize":
-		// Run every open group of the step to an outcome: attempts start,
-		// running members make one call and seal, outcomes are logged.
-		step, _ := strconv.ParseInt(a["step"], 10, 64)
-		for round := 0; round < 10; round++ {
-			progressed := false
-			for _, id := range sc.st.Order {
-				g := sc.st.Groups[id]
-				if g.Status != runlog.GroupStatusOpen || g.ForStep != step {
-					continue
-				}
-				for _, m := range g.Members {
-					p := nextAttempt(m, sc.cc.RolloutFailure, sc.cfg.Run.Seed)
-					switch {
-					case p.start:
-						sc.emit(&b, runlog.AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: sc.st.Version, Restart: p.restart})
-						progressed = true
-					case !p.done && !p.exhausted:
-						b.WriteString(sc.do(fmt.Sprintf("finish-call r=%s", sc.rname(m.ID))))
-						sc.emit(&b, runlog.RolloutSealed{Rollout: m.ID, Attempt: m.Attempt, Outcome: runlog.OutcomeCompleted, Reward: 1})
-						progressed = true
-					}
-				}
-				if ev := groupOutcome(g, sc.cc.RolloutFailure); ev != nil {
-					sc.emit(&b, ev)
-					progressed = true
-				}
-			}
-			if !progressed {
-				break
-			}
-		}
+		sc.stabilize(&b, a)
 	case "epoch":
 		cur := sc.order.Normalize(data.Cursor{Epoch: sc.st.Epoch, Pos: sc.st.NextCursor})
 		fmt.Fprintf(&b, "cursor epoch %d pos %d; %d prompts left under run.max_epochs=%d", cur.Epoch, cur.Pos,
@@ -454,5 +455,93 @@ func TestReadyTakenTwicePanics(t *testing.T) {
 	p.Advance()
 	if _, err := p.Take(sc.st, sc.cc, sc.order, in); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// sealAll: every member of the step's open groups starts an attempt if it
+// has none, makes one call and seals; the outcomes are left to the
+// planner (ready).
+func (sc *scenario) sealAll(b *strings.Builder, a map[string]string) {
+	step, _ := strconv.ParseInt(a["step"], 10, 64)
+	for _, id := range sc.st.Order {
+		g := sc.st.Groups[id]
+		if g.Status != runlog.GroupStatusOpen || g.ForStep != step {
+			continue
+		}
+		for _, m := range g.Members {
+			if p := nextAttempt(m, sc.cc.RolloutFailure, sc.cc.Run.Seed); p.start {
+				sc.emit(b, runlog.AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: sc.st.Version, Restart: p.restart})
+			}
+			if m.Status == runlog.StatusRunning {
+				b.WriteString(sc.do(fmt.Sprintf("finish-call r=%s", sc.rname(m.ID))))
+				sc.emit(b, runlog.RolloutSealed{Rollout: m.ID, Attempt: m.Attempt, Outcome: runlog.OutcomeCompleted, Reward: 1})
+				delete(sc.flight, m.ID)
+			}
+		}
+	}
+}
+
+// stabilize runs every open group of the step to an outcome: attempts
+// start, running members make one call and seal, outcomes are logged.
+func (sc *scenario) stabilize(b *strings.Builder, a map[string]string) {
+	step, _ := strconv.ParseInt(a["step"], 10, 64)
+	for round := 0; round < 10; round++ {
+		progressed := false
+		for _, id := range sc.st.Order {
+			g := sc.st.Groups[id]
+			if g.Status != runlog.GroupStatusOpen || g.ForStep != step {
+				continue
+			}
+			for _, m := range g.Members {
+				p := nextAttempt(m, sc.cc.RolloutFailure, sc.cfg.Run.Seed)
+				switch {
+				case p.start:
+					sc.emit(b, runlog.AttemptStarted{Rollout: m.ID, Attempt: m.Attempt + 1, Version: sc.st.Version, Restart: p.restart})
+					progressed = true
+				case !p.done && !p.exhausted:
+					b.WriteString(sc.do(fmt.Sprintf("finish-call r=%s", sc.rname(m.ID))))
+					sc.emit(b, runlog.RolloutSealed{Rollout: m.ID, Attempt: m.Attempt, Outcome: runlog.OutcomeCompleted, Reward: 1})
+					delete(sc.flight, m.ID)
+					progressed = true
+				}
+			}
+			if ev := groupOutcome(g, sc.cc.RolloutFailure); ev != nil {
+				sc.emit(b, ev)
+				progressed = true
+			}
+		}
+		if !progressed {
+			break
+		}
+	}
+}
+
+// TestPlanIsPure: plan gives the same Ready for the same inputs and
+// memory, and leaves that memory as it was (the planner copies what it
+// changes): here a held attempt that is due, planned twice from the same
+// memory, starts both times.
+func TestPlanIsPure(t *testing.T) {
+	sc := newScenario(t)
+	for _, line := range []string{"config rollout_failure.backoff_base_s=1 rollout_failure.backoff_cap_s=1",
+		"ready now=0", "fail-call r=g0/0 class=infra", "ready now=1"} {
+		sc.do(line)
+	}
+	if len(sc.pl.mem.held) != 1 {
+		t.Fatalf("held %v, want g0/0's next attempt", sc.pl.mem.held)
+	}
+	in := Input{Now: t0.Add(5 * time.Second), Attempts: sc.flight}
+	first, err := plan(sc.st, sc.cc, sc.order, in, sc.pl.mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := plan(sc.st, sc.cc, sc.order, in, sc.pl.mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Attempts) != 1 || !first.Attempts[0].New {
+		t.Fatalf("first plan: attempts %+v, want g0/0's next", first.Attempts)
+	}
+	if !reflect.DeepEqual(first, second) {
+		t.Fatalf("the same inputs gave two Readies:\n%+v\n%+v", first, second)
 	}
 }

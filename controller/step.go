@@ -18,8 +18,9 @@ import (
 
 // trainStep is the effect that trains step k: it reads the step's groups
 // and their members' events, picks the batch (stepBatch), trains it,
-// appends StepTrained, publishes version k and writes the step's metrics
-// row, which it returns (the checkpoint's metric). With a release channel
+// appends StepTrained, publishes version k (its wake-up tells the loop,
+// which serves it to the planner) and writes the step's metrics row, which
+// it returns (the checkpoint's metric). With a release channel
 // (run.overlap) it waits between training and StepTrained until the loop
 // closes it (Ready.Commit).
 func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan struct{}) (metrics.Step, error) {
@@ -66,23 +67,17 @@ func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan stru
 	if _, err := c.o.Log.Append(ctx, runlog.StepTrained{Step: k, Groups: sp.ids, Version: stats.Version}); err != nil {
 		return metrics.Step{}, err
 	}
-	c.evMu.Lock()
-	for _, g := range sp.trained {
-		for _, m := range g.Members {
-			delete(c.events, m.ID)
-		}
-	}
-	c.evMu.Unlock()
+	c.cache.drop(sp.trained)
 	if err := c.o.Publish(ctx, stats.Version); err != nil {
 		return metrics.Step{}, err
 	}
-	c.setVersion(stats.Version)
+	c.fence(stats.Version)
 
 	ms := sp.agg.Step(k, sp.counts)
 	ms.SetTrain(stats)
 	ms.Dropped, ms.Replaced = len(sp.dropList), sp.replaced
-	ms.LateResults = int(c.lateResults.Swap(0))
-	ms.Regenerated = int(c.regenerated.Swap(0))
+	ms.LateResults = int(c.figures.lateResults.Swap(0))
+	ms.Regenerated = int(c.figures.regenerated.Swap(0))
 	rs := stepRetryStats(sp.trained, sp.dropList)
 	ms.Recovered, ms.RecoveredTokensMean, ms.FreshTokensMean, ms.DroppedTokensMean = rs.recovered, rs.recoveredTok, rs.freshTok, rs.drTok
 	if rs.recovered > 0 || len(sp.dropList) > 0 {
@@ -91,16 +86,16 @@ func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan stru
 			"dropped_tokens_per_rollout", round(rs.drTok))
 	}
 	ms.StalenessMean, ms.StalenessMax = sp.staleMean, sp.staleMax
-	genDur := time.Duration(c.genTime.Swap(0))
+	genDur := time.Duration(c.figures.genTime.Swap(0))
 	ms.GenSeconds = genDur.Seconds()
-	ms.GenCPUSeconds = time.Duration(c.genCPU.Swap(0)).Seconds()
+	ms.GenCPUSeconds = time.Duration(c.figures.genCPU.Swap(0)).Seconds()
 	ms.TrainSeconds = trainDur.Seconds()
 	now := c.now()
 	ms.StepSeconds = now.Sub(c.lastRow).Seconds()
 	c.lastRow = now
 	ms.ElapsedSeconds = c.now().Sub(c.start).Seconds()
 	if genDur > 0 {
-		ms.GenTokensPerSecond = float64(c.genTokens.Swap(0)) / genDur.Seconds()
+		ms.GenTokensPerSecond = float64(c.figures.genTokens.Swap(0)) / genDur.Seconds()
 	}
 	if c.o.Metrics != nil {
 		if err := c.o.Metrics.Write(ms); err != nil {
@@ -116,18 +111,6 @@ func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan stru
 		c.o.Progress(Progress{Step: k, MaxSteps: int64(c.cfg.Run.MaxSteps), Metrics: ms, InFlight: int(c.inFlight.Load())})
 	}
 	return ms, nil
-}
-
-// rolloutEvents returns a rollout's events: from the cache when this
-// process logged all of them, else from the log.
-func (c *Controller) rolloutEvents(id runlog.RolloutID) ([]runlog.Event, error) {
-	c.evMu.Lock()
-	evs, ok := c.events[id]
-	c.evMu.Unlock()
-	if ok {
-		return evs, nil
-	}
-	return c.o.Log.RolloutEvents(id)
 }
 
 // seconds converts a config duration; 0 or less means none (a day).

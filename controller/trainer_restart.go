@@ -3,10 +3,12 @@ package controller
 // This file holds what the controller does when the trainer loses its
 // state under a running run (a `longhaul serve-trainer` SIGKILLed and
 // started again comes back at step 0): exactly what a resumed controller
-// does after its own crash. It loads the newest durable checkpoint into
-// the trainer, rewinds the log's trained steps to it, publishes its
-// weights, and goes on from there; the rewound steps are trained again
-// from the same logged data, so the run ends as if nothing had happened.
+// does after its own crash. The planner decides it (Ready.Recover, once
+// the effects in flight have ended); the effect loads the newest durable
+// checkpoint into the trainer, rewinds the log's trained steps to it,
+// publishes its weights, and the run goes on from there; the rewound
+// steps are trained again from the same logged data, so the run ends as
+// if nothing had happened.
 
 import (
 	"context"
@@ -16,51 +18,20 @@ import (
 	"github.com/longhaul-rl/longhaul/train"
 )
 
-// maxFruitlessRecoveries bounds trainer recoveries in a row that were not
-// followed by a trained step: a trainer that loses its state again at
-// once (or never reaches the checkpoint's step) is a fault to report, not
-// to loop on.
-const maxFruitlessRecoveries = 5
+// errNotRestored is what the loop starts with as Input.TrainerLost: the
+// trainer holds no state of this run until the newest durable checkpoint
+// (or the warm start) is loaded into it.
+var errNotRestored = errors.New("controller: the trainer is not restored yet")
 
-// runRecovering runs the loop, recovering from trainer restarts.
-func (c *Controller) runRecovering(ctx context.Context) error {
-	fruitless := 0
-	lastFrom := int64(-1)
-	for {
-		err := c.loop(ctx)
-		if err == nil || ctx.Err() != nil || !errors.Is(err, train.ErrStateLost) {
-			return err
-		}
-		at := c.view().step
-		if at > lastFrom {
-			fruitless = 0
-		}
-		if fruitless++; fruitless > maxFruitlessRecoveries {
-			return fmt.Errorf("controller: the trainer lost its state %d times without training a step in between: %w", fruitless, err)
-		}
+// recoverTrainer is the effect of Ready.Recover: the trainer lost its
+// state (lost) or holds none yet, and nothing is in flight, so it is
+// restored as after a crash. It returns the version restored (published).
+func (c *Controller) recoverTrainer(ctx context.Context, lost error) (int64, error) {
+	if !errors.Is(lost, errNotRestored) {
 		c.log.Warn("the trainer lost its state (restarted?): loading the newest checkpoint into it and rewinding, as after a crash",
-			"step", at, "err", err)
-		// The generation rounds of the interrupted loop are abandoned;
-		// their effects are in the log, which the next round plans from.
-		c.planner = planner{}
-		if err := c.restoreRecovering(ctx); err != nil {
-			return fmt.Errorf("controller: recovering the trainer: %w", err)
-		}
-		lastFrom = c.view().step
+			"step", c.view().step, "err", lost)
 	}
-}
-
-// restoreRecovering is restore, started again when the trainer loses its
-// state while it runs (restarted during the checkpoint load or the first
-// export), a bounded number of times.
-func (c *Controller) restoreRecovering(ctx context.Context) error {
-	for n := 1; ; n++ {
-		err := c.restore(ctx)
-		if err == nil || ctx.Err() != nil || !errors.Is(err, train.ErrStateLost) || n > maxFruitlessRecoveries {
-			return err
-		}
-		c.log.Warn("the trainer lost its state while being restored: restoring again", "err", err)
-	}
+	return c.restore(ctx)
 }
 
 // syncTrainer asks the trainer where it stands after a checkpoint was

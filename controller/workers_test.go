@@ -37,16 +37,20 @@ func TestWorkersReuseAndStop(t *testing.T) {
 	if got := batch(); got != n {
 		t.Fatalf("first batch ran on %d goroutines, want %d", got, n)
 	}
-	// The workers go idle after their function returns; give them a moment.
-	deadline := time.Now().Add(5 * time.Second)
-	for workerGoroutines(true) < n && time.Now().Before(deadline) {
+	// The workers go idle after their function returns: wait until all
+	// are (a second batch started sooner would rightly start more).
+	deadline := time.Now().Add(time.Minute)
+	for workerGoroutines(true) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d workers idle a minute after their functions returned", workerGoroutines(true), n)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	if got := batch(); got != n {
 		t.Fatalf("second batch ran on %d workers, want the first batch's %d", got, n)
 	}
 	waitOrFail(t, w.stop, "stop")
-	deadline = time.Now().Add(5 * time.Second) // a worker past wg.Done may still be on its way out
+	deadline = time.Now().Add(time.Minute) // a worker past wg.Done may still be on its way out
 	for workerGoroutines(false) > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}

@@ -48,8 +48,10 @@ func ReadJSONL(path string) (*JSONL, error) {
 
 // ParseJSONL reads a dataset of one JSON object per line,
 // {"id": "...", "task": {...}}; name is used in errors. Blank lines are
-// skipped. A malformed line, a missing or empty id, a missing task, an
-// unknown field or a duplicate id is an error naming the file and line.
+// skipped, and a UTF-8 byte order mark at the start of the file (which
+// some editors write) is ignored. A malformed line, a missing or empty id,
+// a missing task, an unknown field or a duplicate id is an error naming
+// the file and line.
 func ParseJSONL(name string, r io.Reader) (*JSONL, error) {
 	ds := &JSONL{name: name}
 	firstLine := map[string]int{} // id -> line, to name both lines of a duplicate
@@ -58,6 +60,12 @@ func ParseJSONL(name string, r io.Reader) (*JSONL, error) {
 		text, err := br.ReadBytes('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%s:%d: read: %w", name, line, err)
+		}
+		if line == 1 {
+			var berr error
+			if text, berr = stripBOM(name, text); berr != nil {
+				return nil, berr
+			}
 		}
 		if t := bytes.TrimSpace(text); len(t) > 0 {
 			p, perr := parseLine(t)
@@ -74,6 +82,18 @@ func ParseJSONL(name string, r io.Reader) (*JSONL, error) {
 			return ds, nil
 		}
 	}
+}
+
+// stripBOM drops a UTF-8 byte order mark from the first line and refuses
+// a UTF-16 one by name (JSON Lines is UTF-8).
+func stripBOM(name string, first []byte) ([]byte, error) {
+	if b, ok := bytes.CutPrefix(first, []byte("\xef\xbb\xbf")); ok {
+		return b, nil
+	}
+	if bytes.HasPrefix(first, []byte("\xff\xfe")) || bytes.HasPrefix(first, []byte("\xfe\xff")) {
+		return nil, fmt.Errorf("%s:1: the file starts with a UTF-16 byte order mark; JSON Lines must be UTF-8", name)
+	}
+	return first, nil
 }
 
 func parseLine(b []byte) (Prompt, error) {

@@ -84,3 +84,26 @@ func TestGenerated(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestParseJSONLByteOrderMark: a UTF-8 byte order mark before the first
+// row (Windows editors write one) is not part of the row; a UTF-16 one
+// is refused by name, and a mark anywhere else is still a bad row.
+func TestParseJSONLByteOrderMark(t *testing.T) {
+	bom := "\xef\xbb\xbf"
+	ds, err := ParseJSONL("p.jsonl", strings.NewReader(bom+`{"id": "a", "task": {}}`+"\n"+`{"id": "b", "task": {}}`+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := ds.Prompt(0); ds.Len() != 2 || p.ID != "a" {
+		t.Fatalf("%d prompts, first %+v", ds.Len(), p)
+	}
+	if ds, err := ParseJSONL("p.jsonl", strings.NewReader(bom)); err != nil || ds.Len() != 0 {
+		t.Fatalf("a mark alone: %v, %v", ds, err)
+	}
+	if _, err := ParseJSONL("p.jsonl", strings.NewReader("\xff\xfe{\x00")); err == nil || !strings.Contains(err.Error(), "p.jsonl:1: the file starts with a UTF-16 byte order mark") {
+		t.Fatalf("UTF-16: %v", err)
+	}
+	if _, err := ParseJSONL("p.jsonl", strings.NewReader(`{"id": "a", "task": {}}`+"\n"+bom+`{"id": "b", "task": {}}`)); err == nil || !strings.Contains(err.Error(), "p.jsonl:2: bad row") {
+		t.Fatalf("a mark on line 2: %v", err)
+	}
+}

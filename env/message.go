@@ -20,6 +20,11 @@ type Message struct {
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`   // assistant messages
 	ToolCallID string     `json:"tool_call_id,omitempty"` // tool messages: the call answered
 	Name       string     `json:"name,omitempty"`         // tool messages: the tool's name
+	// ReasoningContent is an assistant message's reasoning, as an agent
+	// sends its history back; nil when the field is missing (or null). A
+	// template tells "" from a missing field (Qwen3's keeps a <think>
+	// block written in Content when the field is there), so "" is kept.
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
 	// ToolCallErrors (a longhaul extension of the OpenAI shape) lists the
 	// tool calls of an assistant message that the tool parser could not
 	// read; their raw text stays in Content. The environment decides what

@@ -89,6 +89,7 @@ func (b *Batcher) Away() int { return int(b.turns.n.Load()) }
 // inner generator can share their prompt prefix) and waits for the answer.
 func (b *Batcher) Generate(ctx context.Context, reqs []Request) ([]Result, error) {
 	p := &pending{ctx: ctx, caller: CallerFrom(ctx), reqs: reqs, done: make(chan struct{})}
+	seen := p.caller.answerCount()
 	select {
 	case b.queue <- p:
 	case <-ctx.Done():
@@ -96,8 +97,9 @@ func (b *Batcher) Generate(ctx context.Context, reqs []Request) ([]Result, error
 		return nil, ctx.Err()
 	}
 	// Back only once queued: a gatherer that sees the last caller back
-	// finds this call in the queue.
-	p.caller.back()
+	// finds this call in the queue. The call may be answered before this
+	// line runs; backFrom then leaves the away its answer set.
+	p.caller.backFrom(seen)
 	select {
 	case <-p.done:
 		return p.res, p.err

@@ -110,9 +110,13 @@ func TestBatcherGapGathersBurst(t *testing.T) {
 	}
 	inner.mu.Unlock()
 
+	// A trickle that never leaves a quiet gap (20 s) is cut by the window
+	// (150 ms): requests keep coming until the first call is made, which
+	// only the window can cause (max is out of reach); one more comes
+	// after it.
 	inner2 := &countingGen{}
-	b = newBatcher(ctx, inner2, 64, 150*time.Millisecond, 150*time.Millisecond)
-	for i := range 12 {
+	b = newBatcher(ctx, inner2, 1<<20, 150*time.Millisecond, 20*time.Second)
+	ask := func(i int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -120,13 +124,27 @@ func TestBatcherGapGathersBurst(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		time.Sleep(50 * time.Millisecond)
 	}
+	called := func() int {
+		inner2.mu.Lock()
+		defer inner2.mu.Unlock()
+		return len(inner2.calls)
+	}
+	deadline := time.Now().Add(time.Minute)
+	i := 0
+	for ; called() == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("a trickle of %d requests with a 150 ms window was never called", i)
+		}
+		ask(i)
+		time.Sleep(10 * time.Millisecond) // pacing only
+	}
+	ask(i)
 	wg.Wait()
 	inner2.mu.Lock()
 	defer inner2.mu.Unlock()
 	if len(inner2.calls) < 2 {
-		t.Errorf("a trickle over 600 ms with a 150 ms window: calls %v, want it cut into several batches", inner2.calls)
+		t.Errorf("a trickle with a 150 ms window: calls %v, want it cut into several batches", inner2.calls)
 	}
 }
 

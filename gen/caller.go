@@ -22,6 +22,10 @@ type Caller struct {
 	mu   sync.Mutex
 	away *turns // the batcher that answered the last call, until back or left
 	left bool   // Leave was called: a late answer (its caller gave up waiting) does not count it away
+	// answers counts the calls answered (and Expects). A call comes back
+	// only after it is queued, and its answer may come first: the back of
+	// a call then must not undo the away its own answer just set.
+	answers uint64
 }
 
 // turns counts a batcher's callers that were answered and are not back.
@@ -84,18 +88,39 @@ func (c *Caller) answered(t *turns) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.answers++
 	if c.away == nil && !c.left {
 		c.away = t
 		t.n.Add(1)
 	}
 }
 
+// answerCount returns how many of c's calls were answered so far (0 for a
+// nil c): what backFrom compares with.
+func (c *Caller) answerCount() uint64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answers
+}
+
 // back ends c's time away, telling its batcher when it was the last one.
-func (c *Caller) back() {
+func (c *Caller) back() { c.backFrom(^uint64(0)) }
+
+// backFrom is back for a call queued when c had seen seen answers: it
+// does nothing once a later answer (the call's own) came first. With
+// seen = ^0 it always acts.
+func (c *Caller) backFrom(seen uint64) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
+	if seen != ^uint64(0) && c.answers != seen {
+		c.mu.Unlock()
+		return
+	}
 	t := c.away
 	c.away = nil
 	c.mu.Unlock()

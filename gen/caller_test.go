@@ -118,6 +118,15 @@ func TestBatcherHoldsBackBusyLaneShare(t *testing.T) {
 		errs <- err
 	}
 	go ask(0)
+	// The 40 are known callers, counted away until they call: their batch
+	// closes when the last of them is queued, however far apart a busy
+	// machine starts their goroutines (with a quiet gap it closed early
+	// when they came more than the gap apart).
+	callers := make([]*Caller, 40)
+	for i := range callers {
+		callers[i] = &Caller{}
+		Expect(b, callers[i])
+	}
 	waitFor := func(what string, ok func([]int) bool) {
 		t.Helper()
 		for deadline := time.Now().Add(20 * time.Second); !ok(inner.started()); {
@@ -128,8 +137,11 @@ func TestBatcherHoldsBackBusyLaneShare(t *testing.T) {
 		}
 	}
 	waitFor("the first call never started", func(c []int) bool { return len(c) == 1 })
-	for i := range 40 {
-		go ask(uint64(1 + i))
+	for i, c := range callers {
+		go func() {
+			_, err := b.Generate(WithCaller(ctx, c), []Request{{Seed: uint64(1 + i)}})
+			errs <- err
+		}()
 	}
 	// The idle lane answers its share at once and takes the held one.
 	waitFor("the 40 requests were not all called", func(c []int) bool {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // Writer appends steps to a metrics.jsonl file, one row per step.
@@ -23,6 +24,11 @@ type Writer struct {
 	end  int64
 	// Repaired says what Create cut from a torn tail (0: nothing).
 	Repaired int64
+	// SetAside is where Create moved a file with unreadable lines before
+	// the last (empty: none); Dropped lists those lines (1-based). The file
+	// was rebuilt from its readable rows.
+	SetAside string
+	Dropped  []int
 }
 
 type rowPos struct {
@@ -31,9 +37,28 @@ type rowPos struct {
 }
 
 // Create opens path for writing rows, creating it or continuing it (a
-// resumed run). A torn or unparsable last line is truncated; an unparsable
-// line before the last is an error naming its line.
+// resumed run). A torn or unparsable last line is truncated. An unparsable
+// line before the last is damage, not a tail (cutting there would lose the
+// rows after it): the file is a view, so it is moved aside whole (SetAside,
+// Dropped) and rebuilt from its readable rows, and the run goes on.
 func Create(path string) (*Writer, error) {
+	w, err := open(path)
+	var bad *badLinesError
+	if !errors.As(err, &bad) {
+		return w, err
+	}
+	aside, dropped, err := rebuild(path)
+	if err != nil {
+		return nil, err
+	}
+	if w, err = open(path); err != nil {
+		return nil, err
+	}
+	w.SetAside, w.Dropped = aside, dropped
+	return w, nil
+}
+
+func open(path string) (*Writer, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -44,6 +69,96 @@ func Create(path string) (*Writer, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// badLinesError is a line before the last that is not a row.
+type badLinesError struct {
+	path string
+	line int
+}
+
+func (e *badLinesError) Error() string {
+	return fmt.Sprintf("metrics: %s:%d: not a JSON row", e.path, e.line)
+}
+
+// rebuild moves the file at path aside (to path.damaged, or .damaged.N
+// when that exists) and writes path anew with its readable rows, each
+// step once (a step written again after a rewind replaces its old row and
+// the later ones, as Write does). It returns where the original went and
+// the lines it dropped.
+func rebuild(path string) (string, []int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("metrics: %w", err)
+	}
+	type row struct {
+		step int64
+		line []byte
+	}
+	var rows []row
+	var dropped []int
+	for n, line := range bytes.SplitAfter(b, []byte("\n")) {
+		text := bytes.TrimSpace(line)
+		if len(text) == 0 {
+			continue
+		}
+		var s Step
+		if !bytes.HasSuffix(line, []byte("\n")) || json.Unmarshal(text, &s) != nil {
+			dropped = append(dropped, n+1)
+			continue
+		}
+		cut := len(rows)
+		for cut > 0 && rows[cut-1].step >= s.Step {
+			cut--
+		}
+		rows = append(rows[:cut], row{s.Step, append(text, '\n')})
+	}
+	aside := path + ".damaged"
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		aside = fmt.Sprintf("%s.damaged.%d", path, i)
+	}
+	var out []byte
+	for _, r := range rows {
+		out = append(out, r.line...)
+	}
+	tmp := path + ".tmp"
+	if err := writeSynced(tmp, out); err != nil {
+		return "", nil, err
+	}
+	// The original goes aside first: a crash between the renames leaves
+	// no metrics.jsonl (the next open starts it empty), never a lost copy.
+	if err := os.Rename(path, aside); err != nil {
+		return "", nil, fmt.Errorf("metrics: setting %s aside: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", nil, fmt.Errorf("metrics: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return aside, dropped, nil
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
 }
 
 func (w *Writer) scan(path string) error {
@@ -65,7 +180,7 @@ func (w *Writer) scan(path string) error {
 			// Only the last line may be torn: what follows a bad line in
 			// the middle is not a tail, and cutting it would lose rows.
 			if whole && len(bytes.TrimSpace(b[i+1:])) > 0 {
-				return fmt.Errorf("metrics: %s:%d: not a JSON row", path, line)
+				return &badLinesError{path, line}
 			}
 			w.Repaired = int64(len(b))
 			break

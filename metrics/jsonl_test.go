@@ -86,12 +86,34 @@ func TestWriterRepairsTornTail(t *testing.T) {
 	}
 }
 
-// A bad line that is not the last one is not a torn tail: it is reported,
-// not cut (cutting would lose the rows after it).
-func TestWriterRefusesBadMiddleLine(t *testing.T) {
+// A bad line that is not the last one is not a torn tail, and cutting
+// there would lose the rows after it. The file is a view, so it is set
+// aside whole (nothing lost) and rebuilt from its readable rows; the run
+// goes on writing. On main, Create refused and the resume stopped.
+func TestWriterSetsDamagedFileAside(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "m.jsonl")
-	os.WriteFile(p, []byte("{\"step\":1}\n{oops\n{\"step\":3}\n"), 0o644)
-	if _, err := Create(p); err == nil || !strings.Contains(err.Error(), "m.jsonl:2") {
-		t.Fatalf("err = %v, want file:line", err)
+	orig := "{\"step\":1}\n{oops\n{\"step\":2}\n\x00\x00garbage\n{\"step\":3}\n{\"step\":2,\"loss\":20}\n{\"step\":3,\"lo"
+	os.WriteFile(p, []byte(orig), 0o644)
+	w, err := Create(p)
+	if err != nil {
+		t.Fatalf("Create over a damaged middle line: %v", err)
+	}
+	if w.SetAside != p+".damaged" || len(w.Dropped) != 3 || w.Dropped[0] != 2 || w.Dropped[1] != 4 || w.Dropped[2] != 7 {
+		t.Fatalf("set aside %q, dropped lines %v; want %s.damaged and lines 2, 4, 7", w.SetAside, w.Dropped, p)
+	}
+	if b, _ := os.ReadFile(w.SetAside); string(b) != orig {
+		t.Fatalf("the copy set aside is not the original:\n%q", b)
+	}
+	if err := w.Write(Step{Step: 3, Loss: 3}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	steps, err := Read(p)
+	if err != nil || len(steps) != 3 || steps[1].Loss != 20 || steps[2].Loss != 3 {
+		t.Fatalf("rebuilt file: %+v, %v; want steps 1, 2 (the rewritten row), 3", steps, err)
+	}
+	os.WriteFile(p, []byte("{\"step\":1}\n}\n{\"step\":2}\n"), 0o644)
+	if w, err := Create(p); err != nil || w.SetAside != p+".damaged.1" {
+		t.Fatalf("a second damaged file: %v, set aside %q; want a new name", err, w.SetAside)
 	}
 }

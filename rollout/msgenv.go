@@ -138,6 +138,9 @@ func chatMessages(ms []env.Message) []lhtok.Message {
 	out := make([]lhtok.Message, 0, len(ms))
 	for _, m := range ms {
 		cm := lhtok.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		if m.ReasoningContent != nil {
+			cm.ReasoningContent, cm.ReasoningSet = *m.ReasoningContent, *m.ReasoningContent == ""
+		}
 		for _, tc := range m.ToolCalls {
 			args := json.RawMessage(tc.Function.Arguments)
 			if !json.Valid(args) {

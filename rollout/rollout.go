@@ -103,6 +103,10 @@ func Run(ctx context.Context, spec Spec, prior []runlog.Event) (Result, error) {
 	}
 	ferr := failure.Wrap("rollout", err)
 	ev := runlog.RolloutFailed{Rollout: spec.Rollout, Attempt: spec.Attempt, Class: failure.ClassOf(ferr), Reason: ferr.Error()}
+	if errors.Is(ferr, ErrDiverged) {
+		// A typed fact for the controller: the next attempt starts over.
+		ev.Cause = runlog.CauseDiverged
+	}
 	// A step held back goes first, in the same append.
 	if rerr := spec.Recorder.Record(ctx, append(l.held, ev)...); rerr != nil {
 		return Result{}, errors.Join(ferr, failure.NewInfra("record", rerr))

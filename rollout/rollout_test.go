@@ -456,9 +456,17 @@ func TestResumeDivergence(t *testing.T) {
 	// A changed compaction config no longer matches the logged prompts.
 	other := recency
 	other.KeepTurns = 3
-	_, err := rollout.Run(ctx, ledgerSpec(t, scripted.LedgerOracle(""), &scripted.Recorder{}, other), cut)
+	rec2 := &scripted.Recorder{}
+	_, err := rollout.Run(ctx, ledgerSpec(t, scripted.LedgerOracle(""), rec2, other), cut)
 	if !errors.Is(err, rollout.ErrDiverged) || failure.ClassOf(err) != failure.Data {
 		t.Fatalf("changed config: %v", err)
+	}
+	// The log says so as a typed fact, which the controller's restart
+	// decision reads (not the reason's text).
+	if evs := rec2.Events(); len(evs) == 0 {
+		t.Fatal("the diverged attempt recorded nothing")
+	} else if f, ok := evs[len(evs)-1].(runlog.RolloutFailed); !ok || f.Cause != runlog.CauseDiverged || f.Class != failure.Data {
+		t.Fatalf("diverged attempt recorded %+v, want a data RolloutFailed with CauseDiverged", evs[len(evs)-1])
 	}
 	// A non-deterministic environment is caught on replay.
 	n := 0

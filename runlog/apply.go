@@ -100,6 +100,8 @@ func apply(s *State, ev Event, off Offset) error {
 			return invalid("mode %q is neither deterministic nor throughput", v.Mode)
 		}
 		s.Started, s.Seed, s.Mode, s.ConfigDigest = true, v.Seed, v.Mode, v.ConfigDigest
+	case LogDamaged:
+		s.Damage = append(s.Damage, v)
 	case ConfigChanged:
 		s.ConfigDigest = v.Digest
 	case PromptAdmitted:
@@ -175,6 +177,9 @@ func apply(s *State, ev Event, off Offset) error {
 		if v.Class != failure.Infra && v.Class != failure.Data {
 			return invalid("failure class %q of %s", v.Class, v.Rollout)
 		}
+		if v.Cause > CauseRolloutTimeout {
+			return invalid("failure cause %d of %s", v.Cause, v.Rollout)
+		}
 		r, err := s.live(v.Rollout, v.Attempt)
 		if err != nil {
 			return err
@@ -186,7 +191,7 @@ func apply(s *State, ev Event, off Offset) error {
 		} else {
 			r.DataFailures++
 		}
-		r.LastFailure = Failure{Attempt: v.Attempt, Class: v.Class, Reason: v.Reason}
+		r.LastFailure = Failure{Attempt: v.Attempt, Class: v.Class, Reason: v.Reason, Cause: v.Cause}
 		r.Events = appendEvent(r.Events, off)
 	case GroupDropped:
 		g := s.Groups[v.Group]

@@ -163,7 +163,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 		}
 	})
 	b, _ := EncodeEvent(nil, GroupCommitted{Group: 1})
-	for _, v := range []byte{encodingVersion - 1, encodingVersion + 1} {
+	for _, v := range []byte{oldestVersion - 1, encodingVersion + 1} {
 		b[0] = v
 		if _, err := DecodeEvent(b); !errors.Is(err, ErrUnknownVersion) {
 			t.Fatalf("version %d: %v", v, err)
@@ -421,6 +421,36 @@ func TestIDStrings(t *testing.T) {
 			if got, want := r.String(), fmt.Sprintf("g%016x-%d", v, m); got != want {
 				t.Fatalf("RolloutID.String() = %q, want %q", got, want)
 			}
+		}
+	}
+}
+
+// TestDecodeVersion2Failure: a RolloutFailed written before failures had a
+// cause (encoding version 2) still decodes; one whose reason is a diverged
+// resume gets CauseDiverged, so its next attempt restarts as it did then.
+func TestDecodeVersion2Failure(t *testing.T) {
+	r0 := RolloutID{Group: 7, Member: 1}
+	for _, tc := range []struct {
+		reason string
+		want   FailureCause
+	}{
+		{"data failure: rollout: data failure: resume: " + legacyDiverged + ": turn 2: logged action", CauseDiverged},
+		{"infra failure: generate: 503", CauseOther},
+	} {
+		ev := RolloutFailed{Rollout: r0, Attempt: 2, Class: failure.Data, Reason: tc.reason, Cause: CauseCallTimeout}
+		b, err := EncodeEvent(nil, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Version 2 is version 3 without the cause byte at the end.
+		v2 := append([]byte{2}, b[1:len(b)-1]...)
+		got, err := DecodeEvent(v2)
+		if err != nil {
+			t.Fatalf("version 2 payload: %v", err)
+		}
+		ev.Cause = tc.want
+		if diff := cmp.Diff(ev, got); diff != "" {
+			t.Fatalf("version 2 failure (-want +got):\n%s", diff)
 		}
 	}
 }

@@ -34,6 +34,7 @@ func (e *enc) bool(v bool) {
 type dec struct {
 	b   []byte
 	err error
+	ver uint8 // the payload's encoding version (decodeEvent)
 }
 
 func (d *dec) fail(format string, a ...any) {

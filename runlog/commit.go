@@ -443,6 +443,7 @@ func (l *Log) sync(u *unit) {
 		}
 		return
 	}
+	l.sealer.wrote(u.recs, u.pack)
 	l.mu.Lock()
 	for _, a := range u.acc {
 		if err := ApplyAt(l.s, a.ev, a.off); err != nil {
@@ -471,7 +472,8 @@ func (l *Log) fail(err error) {
 	l.mu.Unlock()
 }
 
-// roll closes the full chunk and starts the next one at base.
+// roll closes the full chunk, seals it (seal.go) and starts the next one
+// at base.
 func (l *Log) roll(base uint64) error {
 	if err := l.chunkF.Close(); err != nil {
 		return fmt.Errorf("close chunk: %w", err)
@@ -479,10 +481,16 @@ func (l *Log) roll(base uint64) error {
 	if err := l.packF.Close(); err != nil {
 		return fmt.Errorf("close pack: %w", err)
 	}
+	// Its bytes are durable already; a seal that fails to write only
+	// leaves the chunk to be verified record by record after the next Open.
+	if err := writeSeal(l.opts.FS, l.logDir, l.sealer.seal()); err != nil {
+		l.logger.Warn("runlog: chunk not sealed; the next open verifies it", "err", err)
+	}
 	chunk, pack, err := createChunk(l.opts.FS, l.logDir, base)
 	if err != nil {
 		return err
 	}
+	l.sealer.start(base)
 	l.chunkF, l.packF = chunk, pack
 	l.mu.Lock()
 	l.chunks = append(l.chunks, base)

@@ -28,6 +28,8 @@ func TestCloseDuringAppends(t *testing.T) {
 			mu    sync.Mutex
 			acked []Offset
 			wg    sync.WaitGroup
+			first = make(chan struct{}) // closed at the first acknowledgement
+			once  sync.Once
 		)
 		for m := range writers {
 			wg.Go(func() {
@@ -45,11 +47,20 @@ func TestCloseDuringAppends(t *testing.T) {
 					mu.Lock()
 					acked = append(acked, off)
 					mu.Unlock()
+					once.Do(func() { close(first) })
 					ctxLen += 6
 				}
 			})
 		}
-		time.Sleep(time.Duration(round+1) * 2 * time.Millisecond)
+		// Close once appends are acknowledged (an event, not a guess of
+		// how long a busy machine takes to get there), at a point that
+		// moves with the round.
+		select {
+		case <-first:
+		case <-time.After(time.Minute):
+			t.Fatalf("round %d: no append acknowledged in a minute", round)
+		}
+		time.Sleep(time.Duration(round) * 2 * time.Millisecond)
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}

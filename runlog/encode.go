@@ -19,9 +19,14 @@ import (
 // byte: inline (4 bytes LE per token / logprob), used by EncodeEvent, or as
 // references into the blob store, used by the log.
 
-// encodingVersion is the only event encoding this package writes and reads.
-// 2 added PromptAdmitted.Replaces, AttemptStarted.Restart and GroupDropped.
-const encodingVersion = 2
+// encodingVersion is the event encoding this package writes; it reads
+// oldestVersion and every version after it (dec.ver says which). 2 added
+// PromptAdmitted.Replaces, AttemptStarted.Restart and GroupDropped; 3
+// added RolloutFailed.Cause.
+const (
+	encodingVersion = 3
+	oldestVersion   = 2
+)
 
 // Token modes of a CallFinished payload.
 const (
@@ -97,9 +102,10 @@ func decodeEvent(b []byte) (Event, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	if ver != encodingVersion {
+	if ver < oldestVersion || ver > encodingVersion {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownVersion, ver)
 	}
+	d.ver = ver
 	if !kind.known() {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownKind, kind)
 	}

@@ -5,6 +5,8 @@ package runlog
 // documented here; each kind's encoding is its row in kinds.go (adding a
 // kind: its struct here, its row and codec there, its case in apply.go).
 
+import "strconv"
+
 // Kind names an event type. Values are part of the on-disk format: append
 // new kinds at the end, never renumber.
 type Kind uint8
@@ -28,6 +30,7 @@ const (
 	KindGroupRequeued
 	KindRolloutRegenerated
 	KindConfigChanged
+	KindLogDamaged
 )
 
 // GroupID names a prompt group. It is derived from (run seed, epoch, cursor)
@@ -177,14 +180,43 @@ type RolloutSealed struct {
 	Success bool
 }
 
-// Failure classes: the vocabulary is failure's; these names
-
-// RolloutFailed ends an attempt with a typed failure.
+// RolloutFailed ends an attempt with a typed failure: its class
+// (failure.Infra or failure.Data), the cause where the controller acts on
+// more than the class, and the error's text for people.
 type RolloutFailed struct {
 	Rollout RolloutID
 	Attempt uint32
 	Class   string
 	Reason  string
+	Cause   FailureCause // added in encoding version 3
+}
+
+// FailureCause is the typed fact a RolloutFailed carries beyond its class,
+// so that no decision reads the reason's text.
+type FailureCause uint8
+
+// Failure causes. Values are part of the on-disk format.
+const (
+	// CauseOther: nothing beyond the class.
+	CauseOther FailureCause = iota
+	// CauseDiverged: the environment could neither restore its snapshot nor
+	// replay the logged actions identically (rollout.ErrDiverged); the next
+	// attempt starts the episode over.
+	CauseDiverged
+	// CauseCallTimeout: a model call ran past rollout_failure.call_timeout_s.
+	CauseCallTimeout
+	// CauseRolloutTimeout: the attempt ran past rollout_failure.rollout_timeout_s.
+	CauseRolloutTimeout
+)
+
+var causeNames = [...]string{CauseOther: "other", CauseDiverged: "diverged", CauseCallTimeout: "call_timeout",
+	CauseRolloutTimeout: "rollout_timeout"}
+
+func (c FailureCause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return "cause(" + strconv.Itoa(int(c)) + ")"
 }
 
 // GroupCommitted says every member of the group is sealed (or failed for
@@ -244,6 +276,15 @@ type RolloutRegenerated struct {
 	Reason  string
 }
 
+// LogDamaged records damage found in a sealed chunk of the log or in its
+// pack, where no replay reads (docs/runlog.md, "Sealed chunks"): the run
+// goes on from its snapshot, and the fact stays in the log for inspect.
+type LogDamaged struct {
+	File   string // relative to the run directory, e.g. runlog/00000000000000000000.seg
+	Offset uint64 // log offset of the first bad record (chunk file) or byte of the bad blob (pack)
+	Reason string // what was found, and what the run still needs of the damaged bytes
+}
+
 // Rewound records a resume from a checkpoint older than the log's last
 // trained step: steps after Step are undone, their groups go back to
 // committed-not-trained, and the trainer stands at Step and Version again.
@@ -259,6 +300,7 @@ func (RolloutRegenerated) Kind() Kind {
 	return KindRolloutRegenerated
 }
 func (ConfigChanged) Kind() Kind     { return KindConfigChanged }
+func (LogDamaged) Kind() Kind        { return KindLogDamaged }
 func (RunStarted) Kind() Kind        { return KindRunStarted }
 func (PromptAdmitted) Kind() Kind    { return KindPromptAdmitted }
 func (AttemptStarted) Kind() Kind    { return KindAttemptStarted }

@@ -40,6 +40,21 @@ type Report struct {
 	Tail *Recovery `json:"tail,omitempty"`
 	// ConfigChanges lists every resume that changed allowed config keys.
 	ConfigChanges []ConfigChangeReport `json:"config_changes,omitempty"`
+	// Damage lists damaged bytes in the log: each LogDamaged the run
+	// logged, and damage this read passed over that none logged yet.
+	Damage []DamageReport `json:"damage,omitempty"`
+	// FromSnapshot is set when damage kept inspect from folding the log
+	// whole: the state is that of the snapshot at this offset, plus the
+	// records after it (config changes before it may be missing).
+	FromSnapshot uint64 `json:"from_snapshot,omitempty"`
+}
+
+// DamageReport is one damaged place in the log.
+type DamageReport struct {
+	File   string `json:"file"`
+	Offset uint64 `json:"offset"`
+	Reason string `json:"reason"`
+	Logged bool   `json:"logged"` // a LogDamaged event holds it
 }
 
 // ConfigChangeReport is one ConfigChanged.
@@ -69,46 +84,11 @@ type CheckpointReport struct {
 // weightsFile is where the trainer publishes the current weights.
 const weightsFile = "weights/model.safetensors"
 
-// readOnlyFold folds the whole log of a run directory without writing to
-// it, calling fn (if set) with every event before it is applied.
-func readOnlyFold(ctx context.Context, dir string, fn func(Offset, Event) error) (*State, *Recovery, Offset, error) {
-	logDir := filepath.Join(dir, logSubdir)
-	chunks, err := listChunks(logDir)
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("inspect %s: %w", dir, err)
-	}
-	if len(chunks) == 0 {
-		return nil, nil, 0, fmt.Errorf("inspect %s: no run log", dir)
-	}
-	s := NewState()
-	var tail Recovery
-	var end Offset
-	err = scanLog(ctx, logDir, chunks, ^uint64(0), true, func(off Offset, ev Event) error {
-		if fn != nil {
-			if err := fn(off, ev); err != nil {
-				return err
-			}
-		}
-		if err := ApplyAt(s, ev, off); err != nil {
-			return &CorruptionError{Path: logDir, Offset: off, Err: fmt.Errorf("replay: %w", err)}
-		}
-		end = off
-		return nil
-	}, &tail)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if !tail.Truncated {
-		return s, nil, end, nil
-	}
-	return s, &tail, end, nil
-}
-
 // Inspect builds the report of the run directory dir. It only reads.
 func Inspect(ctx context.Context, dir string) (*Report, error) {
 	var changes []ConfigChangeReport
 	var step int64
-	s, tail, end, err := readOnlyFold(ctx, dir, func(off Offset, ev Event) error {
+	f, err := readOnlyFold(ctx, dir, func(off Offset, ev Event) error {
 		switch v := ev.(type) {
 		case StepTrained:
 			step = v.Step
@@ -122,7 +102,8 @@ func Inspect(ctx context.Context, dir string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Dir: dir, LastOffset: end, Events: s.Applied, Counts: map[string]uint64{}, Groups: map[string]int{}, Rollouts: map[string]int{},
+	s, tail, end := f.s, f.tail, f.end
+	r := &Report{Dir: dir, LastOffset: end, FromSnapshot: f.from, Damage: damageReports(s.Damage, f.passed), Events: s.Applied, Counts: map[string]uint64{}, Groups: map[string]int{}, Rollouts: map[string]int{},
 		Epoch: s.Epoch, NextCursor: s.NextCursor, Step: s.Step, Version: s.Version, Trained: []TrainedReport{},
 		CallsGenerated: s.Counts[KindCallFinished], Tail: tail, ConfigChanges: changes}
 	for k := 1; k < numKinds; k++ {
@@ -160,6 +141,21 @@ func Inspect(ctx context.Context, dir string) (*Report, error) {
 	}
 	r.WeightsSHA256 = sum
 	return r, nil
+}
+
+// damageReports merges the damage the log holds with what a read passed
+// over.
+func damageReports(logged, passed []LogDamaged) []DamageReport {
+	var out []DamageReport
+	for _, d := range logged {
+		out = append(out, DamageReport{File: d.File, Offset: d.Offset, Reason: d.Reason, Logged: true})
+	}
+	for _, p := range passed {
+		if !slices.ContainsFunc(logged, func(d LogDamaged) bool { return d.File == p.File && d.Offset == p.Offset }) {
+			out = append(out, DamageReport{File: p.File, Offset: p.Offset, Reason: p.Reason})
+		}
+	}
+	return out
 }
 
 // fileSHA256 returns the hex SHA-256 of a file, or "" if it does not exist.
@@ -205,6 +201,16 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	for _, c := range r.ConfigChanges {
 		fmt.Fprintf(tw, "config changed\tat step %d (offset %d): %s\n", c.Step, c.Offset, strings.Join(c.Changes, "; "))
+	}
+	for _, d := range r.Damage {
+		how := "logged by the run"
+		if !d.Logged {
+			how = "found by this inspect, not logged yet"
+		}
+		fmt.Fprintf(tw, "DAMAGE\t%s at offset %d (%s): %s\n", d.File, d.Offset, how, d.Reason)
+	}
+	if r.FromSnapshot > 0 {
+		fmt.Fprintf(tw, "state\tfrom the snapshot at offset %d and the records after it (damage before it)\n", r.FromSnapshot)
 	}
 	fmt.Fprintln(tw, "\nevents by kind")
 	for k := 1; k < numKinds; k++ {
@@ -295,7 +301,7 @@ type FailureReport struct {
 // InspectRollout reports one rollout of the run directory dir.
 func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutReport, error) {
 	var evs []Event
-	s, _, _, err := readOnlyFold(ctx, dir, func(_ Offset, ev Event) error {
+	f, err := readOnlyFold(ctx, dir, func(_ Offset, ev Event) error {
 		if rid, ok := eventRollout(ev); ok && rid == id {
 			evs = append(evs, ev)
 		}
@@ -304,6 +310,10 @@ func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutRepo
 	if err != nil {
 		return nil, err
 	}
+	if err := f.whole(id, len(evs)); err != nil {
+		return nil, err
+	}
+	s := f.s
 	r, err := s.rollout(id)
 	if err != nil {
 		return nil, fmt.Errorf("inspect rollout: %w", err)

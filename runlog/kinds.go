@@ -1,6 +1,9 @@
 package runlog
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // This file is the one table of event kinds. Adding an event kind is:
 //
@@ -57,6 +60,7 @@ var kinds = [...]kindRow{
 	KindGroupRequeued:      row[GroupRequeued]("GroupRequeued"),
 	KindRolloutRegenerated: row[RolloutRegenerated]("RolloutRegenerated"),
 	KindConfigChanged:      row[ConfigChanged]("ConfigChanged"),
+	KindLogDamaged:         row[LogDamaged]("LogDamaged"),
 }
 
 // numKinds bounds the kind values this build knows (exclusive).
@@ -214,14 +218,27 @@ func (v RolloutFailed) encode(e *enc) error {
 	e.uv(uint64(v.Attempt))
 	e.str(v.Class)
 	e.str(v.Reason)
+	e.u8(uint8(v.Cause))
 	return nil
 }
+
+// legacyDiverged is the text rollout.ErrDiverged had when failures carried
+// no cause (version 2): a version 2 RolloutFailed whose reason holds it is
+// read with CauseDiverged, so a run logged before version 3 resumes as it
+// would have (its next attempt restarts the episode).
+const legacyDiverged = "rollout: resume diverged from the log"
 
 func (v *RolloutFailed) decode(d *dec) {
 	v.Rollout = d.rollout()
 	v.Attempt = d.u32()
 	v.Class = d.str()
 	v.Reason = d.str()
+	switch {
+	case d.ver >= 3:
+		v.Cause = FailureCause(d.u8())
+	case strings.Contains(v.Reason, legacyDiverged):
+		v.Cause = CauseDiverged
+	}
 }
 
 func (v GroupCommitted) encode(e *enc) error {
@@ -322,5 +339,18 @@ func (v RolloutRegenerated) encode(e *enc) error {
 
 func (v *RolloutRegenerated) decode(d *dec) {
 	v.Rollout = d.rollout()
+	v.Reason = d.str()
+}
+
+func (v LogDamaged) encode(e *enc) error {
+	e.str(v.File)
+	e.uv(v.Offset)
+	e.str(v.Reason)
+	return nil
+}
+
+func (v *LogDamaged) decode(d *dec) {
+	v.File = d.str()
+	v.Offset = d.uv()
 	v.Reason = d.str()
 }

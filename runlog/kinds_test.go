@@ -38,6 +38,7 @@ func everyKind() []Event {
 		CheckpointDurable{Step: 1, Version: 1, Path: "checkpoints/step-1", ManifestDigest: [32]byte{4}},
 		SnapshotWritten{Offset: 12, Path: "snapshots/snap-1"},
 		Rewound{Step: 0, Version: 0},
+		LogDamaged{File: "runlog/00000000000000000000.seg", Offset: 40, Reason: "checksum"},
 	}
 }
 

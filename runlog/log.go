@@ -43,6 +43,10 @@ type Options struct {
 	// FS is where every write goes (default: the OS); tests inject
 	// faults through it.
 	FS store.FS
+	// ScrubRate bounds the reads of the pass after Open that checks every
+	// older chunk against its seal (scrub.go), in bytes a second (default
+	// 64 MiB/s). Negative: no pass.
+	ScrubRate int64
 }
 
 // Dir layout under the run directory.
@@ -96,6 +100,7 @@ type Log struct {
 
 	// Owned by the syncer goroutine.
 	chunkF, packF store.File
+	sealer        sealer
 
 	freeChunk chan []byte // written units' buffers, for the next units
 	freePack  chan []byte
@@ -105,6 +110,8 @@ type Log struct {
 
 	snapMu sync.Mutex // one snapshot at a time
 	chain  []snapMeta
+
+	scrub scrubState
 }
 
 // Open opens the run log under dir (the run directory; files go to
@@ -159,6 +166,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 	}
 	l.room = sync.NewCond(&l.stageMu)
 	go l.syncer()
+	l.startScrub(l.chunks[:len(l.chunks)-1])
 	return l, nil
 }
 
@@ -239,6 +247,8 @@ func markDirty(d map[GroupID]struct{}, ev Event) {
 func (l *Log) Close() error {
 	var err error
 	l.once.Do(func() {
+		l.scrub.stop() // its appends go through the syncer: stop it first
+		<-l.scrub.done
 		close(l.quit)
 		<-l.done
 		err = errors.Join(l.chunkF.Close(), l.packF.Close())

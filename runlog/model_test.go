@@ -71,7 +71,7 @@ func nextEvent(s *State, c chooser) Event {
 			if c.intn(3) == 0 {
 				class = failure.Data
 			}
-			return RolloutFailed{Rollout: r.ID, Attempt: r.Attempt, Class: class, Reason: "timeout"}
+			return RolloutFailed{Rollout: r.ID, Attempt: r.Attempt, Class: class, Reason: "timeout", Cause: FailureCause(c.intn(4))}
 		default:
 			return RolloutSealed{Rollout: r.ID, Attempt: r.Attempt, Outcome: OutcomeCompleted, Reward: float64(c.intn(2)), Success: c.intn(2) == 0}
 		}

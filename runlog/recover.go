@@ -82,6 +82,11 @@ func (l *Log) recover(ctx context.Context) error {
 		if !last || !res.torn {
 			return &CorruptionError{Path: path, Offset: Offset(base + uint64(res.damage)), Err: res.err}
 		}
+		// A sealed chunk was whole and durable before its seal was
+		// written: what looks like a torn tail there is damage.
+		if _, sealed, _ := readSeal(l.logDir, base); sealed {
+			return &CorruptionError{Path: path, Offset: Offset(base + uint64(res.damage)), Err: fmt.Errorf("%w (the chunk is sealed: not a torn write)", res.err)}
+		}
 		l.recovery = Recovery{Truncated: true, File: path, Offset: Offset(end), Bytes: int64(len(b) - res.end), Records: res.dropped, Message: res.err.Error()}
 		l.logger.Warn("runlog: cut torn tail", "segment", path, "offset", end, "bytes", l.recovery.Bytes, "records", res.dropped, "reason", res.err)
 		if err := l.opts.FS.Truncate(path, int64(res.end)); err != nil {
@@ -100,7 +105,7 @@ func (l *Log) recover(ctx context.Context) error {
 		// first record goes again: nothing acknowledged was lost.
 		if last := bases[n-1]; end-last <= chunkHeaderSize {
 			reached = last + chunkHeaderSize
-			for _, name := range []string{chunkName(last), packName(last)} {
+			for _, name := range []string{chunkName(last), packName(last), sealName(last)} {
 				if err := l.opts.FS.Remove(filepath.Join(l.logDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("open run log: %w", err)
 				}
@@ -128,6 +133,7 @@ func (l *Log) recover(ctx context.Context) error {
 	l.s, l.w = st, st.Clone()
 	l.chunks = append(bases, end)
 	l.chunkF, l.packF = chunk, pack
+	l.sealer.start(end)
 	l.chunkBase, l.chunkSize = end, chunkHeaderSize
 	l.pack = newPackWriter(end)
 	l.end = Offset(end + chunkHeaderSize)

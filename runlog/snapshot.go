@@ -32,7 +32,7 @@ import (
 // next snapshot is a base and the old chain is deleted.
 
 const (
-	snapVersion = 3 // 2 added per-class failure counts, Regenerate, AdmittedFor and Retries; 3: Counts has a ConfigChanged entry
+	snapVersion = 5 // 2 added per-class failure counts, Regenerate, AdmittedFor and Retries; 3: Counts has a ConfigChanged entry; 4: a LogDamaged count and the Damage list; 5: a failure's cause
 	snapBase    = 0
 	snapDelta   = 1
 	snapHeader  = 22
@@ -233,6 +233,14 @@ func encodeStateBody(dst []byte, s *State, full bool, ids []GroupID, trainedFrom
 		e.str(c.Path)
 		e.b = append(e.b, c.ManifestDigest[:]...)
 	}
+	// The damage list is short (damage is rare): every snapshot holds it
+	// whole.
+	e.uv(uint64(len(s.Damage)))
+	for _, dm := range s.Damage {
+		e.str(dm.File)
+		e.uv(dm.Offset)
+		e.str(dm.Reason)
+	}
 	if full {
 		e.uv(uint64(len(s.Order)))
 		for _, id := range s.Order {
@@ -280,6 +288,7 @@ func encodeGroup(e *enc, g *Group) {
 		e.uv(uint64(r.LastFailure.Attempt))
 		e.str(r.LastFailure.Class)
 		e.str(r.LastFailure.Reason)
+		e.u8(uint8(r.LastFailure.Cause))
 		e.str(r.Outcome)
 		e.f64(r.Reward)
 		e.bool(r.Success)
@@ -347,6 +356,11 @@ func decodeStateBody(s *State, b []byte) error {
 		d.fixed(c.ManifestDigest[:])
 		s.Checkpoints = append(s.Checkpoints, c)
 	}
+	n = d.count()
+	s.Damage = s.Damage[:0]
+	for i := 0; i < n && d.err == nil; i++ {
+		s.Damage = append(s.Damage, LogDamaged{File: d.str(), Offset: d.uv(), Reason: d.str()})
+	}
 	if s.Groups == nil {
 		s.Groups = map[GroupID]*Group{}
 	}
@@ -399,7 +413,7 @@ func decodeGroup(d *dec) *Group {
 		r.DataFailures = d.u32()
 		r.Regenerate = d.bool()
 		r.EpisodeStart = d.u32()
-		r.LastFailure = Failure{Attempt: d.u32(), Class: d.str(), Reason: d.str()}
+		r.LastFailure = Failure{Attempt: d.u32(), Class: d.str(), Reason: d.str(), Cause: FailureCause(d.u8())}
 		r.Outcome = d.str()
 		r.Reward = d.f64()
 		r.Success = d.bool()

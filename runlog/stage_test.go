@@ -151,7 +151,7 @@ func TestStagedWaitsForAWaiter(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		maxDefer time.Duration
-	}{{"waited", time.Hour}, {"deferred", 20 * time.Millisecond}} {
+	}{{"waited", time.Hour}, {"deferred", 200 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
 			gfs := &gatedFS{FS: store.OS, release: open}
 			l := openLog(t, t.TempDir(), Options{FS: gfs, MaxDefer: tc.maxDefer})
@@ -172,6 +172,7 @@ func TestStagedWaitsForAWaiter(t *testing.T) {
 			}
 			b0 := began()
 			var sts []Staged
+			t0 := time.Now()
 			for i := range 3 {
 				st, err := l.Stage(context.Background(), benchCall(id, uint32(i), uint32(6*i), 4, 2))
 				if err != nil {
@@ -179,6 +180,10 @@ func TestStagedWaitsForAWaiter(t *testing.T) {
 				}
 				sts = append(sts, st)
 			}
+			// With a deadline, the three share one fsync only if they were
+			// all staged before it: a machine too busy for that writes
+			// them in more units, which is right, and is not checked.
+			oneUnit := time.Since(t0) < tc.maxDefer
 			if tc.maxDefer < time.Hour {
 				deadline := time.Now().Add(10 * time.Second)
 				for calls() != 3 {
@@ -209,7 +214,7 @@ func TestStagedWaitsForAWaiter(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if n, b := calls(), began(); n != 3 || b != b0+1 {
+			if n, b := calls(), began(); n != 3 || (oneUnit && b != b0+1) || b > b0+3 {
 				t.Fatalf("%d calls durable after %d fsyncs; want 3 after one", n, b-b0)
 			}
 		})

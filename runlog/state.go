@@ -101,6 +101,7 @@ type Failure struct {
 	Attempt uint32
 	Class   string
 	Reason  string
+	Cause   FailureCause
 }
 
 // Rollout is one group member.
@@ -189,6 +190,7 @@ type State struct {
 	LastSnapshot SnapshotWritten
 	Applied      uint64           // events applied
 	Counts       [numKinds]uint64 // events applied, by kind
+	Damage       []LogDamaged     // damage found in sealed chunks, in log order
 
 	// settled counts the leading groups of Order that are done with: each
 	// trained or dropped, scheduled and admitted for a step already
@@ -215,6 +217,7 @@ func (s *State) Clone() *State {
 		c.Trained[i] = TrainedStep{Step: t.Step, Version: t.Version, Groups: slices.Clone(t.Groups)}
 	}
 	c.Checkpoints = slices.Clone(s.Checkpoints)
+	c.Damage = slices.Clone(s.Damage)
 	return &c
 }
 

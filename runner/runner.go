@@ -165,6 +165,10 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if mw.Repaired > 0 {
 		log.Warn("metrics.jsonl tail was torn; cut back to the last whole row", "bytes", mw.Repaired)
 	}
+	if mw.SetAside != "" {
+		log.Warn("metrics.jsonl had lines that are not rows; the file is set aside and rebuilt from its readable rows (steps the run trains again after its checkpoint are rewritten)",
+			"lines", mw.Dropped, "set_aside", mw.SetAside)
+	}
 	tw, err := tb.Open(filepath.Join(dir, TBDir), nil)
 	if err != nil {
 		return err
@@ -214,6 +218,12 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	if err := c.Run(ctx); err != nil {
 		return err
+	}
+	// The log's pass over its older chunks (runlog/scrub.go) reports and
+	// logs damage as it goes; a run that ends before it does waits for it,
+	// so what it finds is in the log before the directory is left alone.
+	if _, err := rl.Scrubbed(ctx); err != nil {
+		log.Warn("run log scrub pass did not finish; the next resume repeats it", "err", err)
 	}
 	return PlotRun(dir)
 }
@@ -336,7 +346,7 @@ func WarmStartProgress(ctx context.Context, cfg *config.Config, reg *env.Registr
 	})
 }
 
-// stepper is a trainer the warm start drives (model's or model/llama's).
+// stepper is a trainer the warm start drives (the engine's, model.Trainer).
 type stepper interface {
 	Step(ctx context.Context, seqs []model.Sequence, lc model.LossConfig) (model.Stats, error)
 }

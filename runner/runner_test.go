@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/longhaul-rl/longhaul/metrics"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,5 +52,68 @@ func TestBadInputThenFix(t *testing.T) {
 	}
 	if err := Train(ctx, tiny(t, "run.max_steps=2"), Options{RunDir: dir, AllowChange: []string{"run.max_steps"}}); err != nil {
 		t.Fatalf("extending with --allow-config-change: %v", err)
+	}
+}
+
+// TestResumeOverDamagedMetrics: a line of garbage in the middle of
+// metrics.jsonl (a view of the run, not its state) does not stop a
+// resume: the file is set aside whole and rebuilt from its readable rows,
+// and the resumed steps are written after them. On main the resume failed
+// with "metrics.jsonl:2: not a JSON row".
+func TestResumeOverDamagedMetrics(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	if err := Train(ctx, tiny(t, "run.max_steps=2"), Options{RunDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, MetricsFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, rest, _ := strings.Cut(string(b), "\n")
+	damaged := first + "\n\x00\x13not a row\n" + rest
+	if err := os.WriteFile(path, []byte(damaged), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Train(ctx, tiny(t, "run.max_steps=3"), Options{RunDir: dir, AllowChange: []string{"run.max_steps"}}); err != nil {
+		t.Fatalf("resume over a damaged metrics.jsonl: %v", err)
+	}
+	steps, err := metrics.Read(path)
+	if err != nil || len(steps) != 3 || steps[2].Step != 3 {
+		t.Fatalf("metrics after the resume: %+v, %v; want steps 1-3", steps, err)
+	}
+	if aside, err := os.ReadFile(path + ".damaged"); err != nil || string(aside) != damaged {
+		t.Fatalf("the damaged file was not kept aside: %v", err)
+	}
+}
+
+// TestTrainTakesTheRunLock: Train holds the run directory's lock for the
+// whole run (another Lock fails while it runs), and on a directory another
+// holder locked it stops at once, naming the holder, before it writes
+// anything. Fast and direct, where only a long crash test saw this.
+func TestTrainTakesTheRunLock(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	held := false
+	err := Train(ctx, tiny(t), Options{RunDir: dir, OnConfig: func(*config.Config) {
+		_, err := Lock(nil, dir)
+		held = errors.Is(err, ErrLocked)
+	}})
+	if err != nil || !held {
+		t.Fatalf("Train: %v; lock held while it ran: %v", err, held)
+	}
+	l, err := Lock(nil, dir)
+	if err != nil {
+		t.Fatalf("lock after Train returned: %v", err)
+	}
+	defer l.Unlock()
+	before, _ := os.ReadDir(filepath.Join(dir, "runlog"))
+	err = Train(ctx, tiny(t, "run.max_steps=2"), Options{RunDir: dir, AllowChange: []string{"run.max_steps"}})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("Train on a locked run directory: %v; want ErrLocked naming this process", err)
+	}
+	if after, _ := os.ReadDir(filepath.Join(dir, "runlog")); len(after) != len(before) {
+		t.Fatalf("Train on a locked run directory changed its log: %d entries, %d before", len(after), len(before))
 	}
 }

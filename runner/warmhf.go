@@ -19,7 +19,7 @@ import (
 // The warm start of an HF model (model.path): the same oracle episodes as
 // the byte model's, rendered through the directory's chat template, with
 // the oracle's answers encoded by its tokenizer, trained with the SFT loss
-// by model/llama's trainer. The oracles read conversations, so the prompt
+// by the model's trainer. The oracles read conversations, so the prompt
 // is decoded back into turns; that is done for ChatML (Qwen2/Qwen3
 // templates: "<|im_start|>role\n...<|im_end|>").
 

@@ -153,7 +153,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 		}
 	case "openai":
 		oo := openai.Options{Model: cfg.Generator.Model,
-			APIKey: cfg.Generator.APIKey, Logger: log, API: cfg.Generator.API,
+			APIKey: cfg.Generator.APIKey, Logger: log, API: cfg.Generator.API, ReloadMethod: cfg.Generator.ReloadMethod,
 			RequestTimeout: time.Duration(cfg.RolloutFailure.CallTimeoutS * float64(time.Second)),
 			MaxOutage:      time.Duration(cfg.RolloutFailure.MaxOutageS * float64(time.Second))}
 		if obs != nil {

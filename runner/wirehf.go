@@ -27,8 +27,8 @@ func LoadHF(cfg *config.Config) (*model.Model, error) {
 }
 
 // wireHF is wire for model.path with in-process generation: the
-// Llama/Qwen family of model/llama, trained in process (HFTrainer) and
-// sampled in process (HFGenerator, a copy of the weights per version). The
+// checkpoint's model, trained in process (train/embedded) and sampled in
+// process (gen/embedded, a copy of the weights per version). The
 // warm start renders its demonstrations through the directory's chat
 // template (warmhf.go).
 func wireHF(ctx context.Context, cfg *config.Config, reg *env.Registry, log *slog.Logger, opts Options, p *parts) (*parts, error) {

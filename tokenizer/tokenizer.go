@@ -13,6 +13,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 )
@@ -57,12 +58,65 @@ const (
 // Message is one chat message in the OpenAI/Hugging Face shape templates
 // expect. Content is text; tool calls and reasoning are structured.
 type Message struct {
-	Role             string     `json:"role"`
-	Content          string     `json:"content"`
-	ReasoningContent string     `json:"reasoning_content,omitempty"`
-	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID       string     `json:"tool_call_id,omitempty"`
-	Name             string     `json:"name,omitempty"`
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// ReasoningContent is the reasoning_content field. An empty one is
+	// absent unless ReasoningSet: a template can tell the field given
+	// as "" from a message without it (Qwen3's then keeps a <think>
+	// block written in Content as it is, instead of taking the
+	// reasoning out of it).
+	ReasoningContent string `json:"reasoning_content,omitempty"`
+	// ReasoningSet marks reasoning_content as present though empty
+	// (decoding JSON sets it for "reasoning_content": "", not for null;
+	// a non-empty ReasoningContent is present whatever it says).
+	ReasoningSet bool       `json:"-"`
+	ToolCalls    []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID   string     `json:"tool_call_id,omitempty"`
+	Name         string     `json:"name,omitempty"`
+}
+
+// HasReasoning reports whether the message has a reasoning_content field
+// (a template's `message.reasoning_content is defined`).
+func (m Message) HasReasoning() bool { return m.ReasoningContent != "" || m.ReasoningSet }
+
+// message is Message without its JSON methods.
+type message Message
+
+// MarshalJSON writes reasoning_content when HasReasoning, "" included.
+// HTML characters are left to the caller's encoder to escape or not.
+func (m Message) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(struct {
+		message
+		Reasoning *string `json:"reasoning_content,omitempty"`
+	}{message(m), m.reasoning()})
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
+}
+
+func (m Message) reasoning() *string {
+	if !m.HasReasoning() {
+		return nil
+	}
+	return &m.ReasoningContent
+}
+
+// UnmarshalJSON sets ReasoningSet when reasoning_content is "" (null is
+// a missing field, as templates see None).
+func (m *Message) UnmarshalJSON(data []byte) error {
+	var w struct {
+		message
+		Reasoning *string `json:"reasoning_content"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*m = Message(w.message)
+	if w.Reasoning != nil {
+		m.ReasoningContent, m.ReasoningSet = *w.Reasoning, *w.Reasoning == ""
+	}
+	return nil
 }
 
 // ToolCall is a function call written by the assistant. Arguments is the

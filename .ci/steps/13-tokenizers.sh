@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # Issue 13: real tokenizers and chat templates against the official
-# JavaScript reference, at full size (5,000 strings and 300 conversations per
+# JavaScript reference (and, for template semantics, Python Jinja2), at full size (5,000 strings and 300 conversations per
 # model, the 20-turn bridge test), then brief fuzzing of the BPE encoder, the
 # hand-written pre-tokenizer splits (against regexp2), the partial
 # re-encoding the bridge uses, and
 # the tool-call parsers. Run after 13-setup.sh. A missing reference fails
 # here instead of skipping (LONGHAUL_REQUIRE_TOKENIZERS=1).
+# Issue 30: the independent corpus (test/tokenizers/corpus.py, fixed seed:
+# 2,400 texts and 300 chats with tools per model) and the references' answers
+# (Python Jinja2 renders, transformers.js ids, @huggingface/jinja renders),
+# made once here (~25 s) for TestReferenceCorpus in hf and chat (~20 s each).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=${GOEXPERIMENT-simd} GOFLAGS=-buildvcs=false GOAMD64=v1 GOTOOLCHAIN=local
 export LONGHAUL_REQUIRE_TOKENIZERS=1 LONGHAUL_TOKENIZER_PARITY=full
-timeout 600 go test -count=1 -v -run 'Parity|TwentyTurns|ServerRendering|FastPath|RenderEncodingReuse|Qwen3Native|SeqNative|HandSplit|RealTokenizersUse|RuntimeErrorsNameLine|LineMarksKeep|TurnAllocFlat' \
-  ./tokenizer/hf/ ./tokenizer/chat/ ./tokenizer/bridge/ ./tokenizer/remote/ 2>&1 \
+corpus=$(mktemp -d)
+trap 'rm -rf "$corpus"' EXIT
+timeout 300 bash test/tokenizers/reference.sh "$corpus"
+export LONGHAUL_TOKENIZER_CORPUS=$corpus
+timeout 600 go test -count=1 -v -run 'Parity|TwentyTurns|ServerRendering|FastPath|RenderEncodingReuse|Qwen3Native|SeqNative|HandSplit|RealTokenizersUse|RuntimeErrorsNameLine|LineMarksKeep|TurnAllocFlat|ReferenceCorpus|Normalize|TestPy|MessageReasoningJSON' \
+  ./tokenizer/ ./tokenizer/hf/ ./tokenizer/chat/ ./tokenizer/bridge/ ./tokenizer/remote/ 2>&1 \
   | grep -E '^(---|ok|FAIL|PASS)|identical|turns,|SKIP' 
 # grep hides the RUN lines; pipefail keeps a test failure fatal, and a skip
 # cannot pass silently: REQUIRE turns it into a failure.

@@ -15,7 +15,10 @@ import (
 func TestTrainProfiles(t *testing.T) {
 	dir := t.TempDir()
 	cpu, tr := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "run.trace")
-	var out strings.Builder
+	// The progress printer and the logger write from their own goroutines:
+	// a plain strings.Builder raced whenever a slow run printed a progress
+	// line while it logged.
+	var out lines
 	root := newRootCmd()
 	root.SetOut(&out)
 	root.SetErr(&out)

@@ -64,6 +64,8 @@ type chatMessage struct {
 	ToolCalls  []env.ToolCall  `json:"tool_calls"`   // assistant messages
 	ToolCallID string          `json:"tool_call_id"` // tool messages
 	Name       string          `json:"name"`
+	// ReasoningContent: nil when missing or null; "" is present.
+	ReasoningContent *string `json:"reasoning_content"`
 }
 
 func (m chatMessage) text() (string, error) {
@@ -149,7 +151,7 @@ func (h *handler) chat(w http.ResponseWriter, body []byte, declared bool) {
 				return
 			}
 		}
-		c.Messages[i] = env.Message{Role: m.Role, Content: text, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
+		c.Messages[i] = env.Message{Role: m.Role, Content: text, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name, ReasoningContent: m.ReasoningContent}
 	}
 	for i, t := range req.Tools {
 		if t.Function.Name == "" || (t.Type != "" && t.Type != "function") {

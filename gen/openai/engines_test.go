@@ -275,6 +275,14 @@ func TestRecordedVLLM(t *testing.T) {
 	if err := c.UpdateWeights(t.Context(), "/ckpt/step-5", 5); err != nil {
 		t.Fatal(err)
 	}
+	// generator.reload_method: the longhaul_vllm worker extension's method.
+	ext := newClient(t, []string{ts.URL}, Options{API: APIVLLM, Model: "Qwen/Qwen3-0.6B", ReloadMethod: "longhaul_reload_weights"})
+	if err := ext.UpdateWeights(t.Context(), "/ckpt/step-5", 5); err != nil {
+		t.Fatal(err)
+	}
+	if m := st.body("POST /collective_rpc")["method"]; m != "longhaul_reload_weights" {
+		t.Fatalf("collective_rpc method %v, want the configured longhaul_reload_weights", m)
+	}
 	r := gen.Request{Prompt: []int32{151644, 872, 198}, MaxTokens: 4, Temperature: 1, Seed: 9}
 	res, err := c.Generate(t.Context(), []gen.Request{r})
 	if err != nil {

@@ -200,15 +200,14 @@ func TestLeastOutstanding(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds; the minute only bounds a broken run.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for range 1000 {
-		if cond() {
-			return
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in a minute")
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
-	t.Fatal("condition not reached in 2s")
 }
 
 // killable is a server on a fixed loopback address that can be killed and

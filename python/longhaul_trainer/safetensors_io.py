@@ -26,25 +26,20 @@ class FormatError(ValueError):
     """A safetensors payload that breaks the format; the message names the tensor."""
 
 
-def decode(buf, what="safetensors"):
-    """Returns (metadata dict, {name: tensor}); tensors are copies owning their memory."""
-    mv = memoryview(buf)
-    if len(mv) < 8:
-        raise FormatError(f"{what}: shorter than its 8-byte header length")
-    (n,) = struct.unpack_from("<Q", mv, 0)
-    if n > MAX_HEADER or n > len(mv) - 8:
-        raise FormatError(f"{what}: header length {n} does not fit {len(mv)} bytes")
+def _parse_header(raw, data_len, what):
+    """Checks a header (the JSON bytes) against a data section of data_len
+    bytes. Returns (metadata, entries) with entries {name: (dtype name,
+    shape, start, end)} relative to the data section, which they tile."""
     try:
-        header = json.loads(bytes(mv[8:8 + n]).decode("utf-8"))
+        header = json.loads(bytes(raw).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise FormatError(f"{what}: header is not JSON: {e}") from None
     if not isinstance(header, dict):
         raise FormatError(f"{what}: header is not a JSON object")
-    data = mv[8 + n:]
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise FormatError(f"{what}: __metadata__ must map strings to strings")
-    spans, out = [], {}
+    entries = {}
     for name, e in header.items():
         if not isinstance(e, dict):
             raise FormatError(f"{what}: tensor {name!r}: entry is not an object")
@@ -61,20 +56,70 @@ def decode(buf, what="safetensors"):
             count *= d
         size = count * torch.empty(0, dtype=dt).element_size()
         s, en = offs
-        if s < 0 or en < s or en > len(data) or en - s != size:
-            raise FormatError(f"{what}: tensor {name!r}: offsets {offs} do not hold {shape} {e['dtype']} in {len(data)} bytes")
-        spans.append((s, en))
-        raw = bytearray(data[s:en])
-        t = torch.frombuffer(raw, dtype=dt) if size else torch.empty(0, dtype=dt)
-        out[name] = t.reshape(shape)
+        if s < 0 or en < s or en > data_len or en - s != size:
+            raise FormatError(f"{what}: tensor {name!r}: offsets {offs} do not hold {shape} {e['dtype']} in {data_len} bytes")
+        entries[name] = (e["dtype"], list(shape), s, en)
     at = 0
-    for s, en in sorted(spans):
+    for s, en in sorted((s, en) for _, _, s, en in entries.values()):
         if s != at:
             raise FormatError(f"{what}: data section has a gap or overlap at byte {at}")
         at = en
-    if at != len(data):
-        raise FormatError(f"{what}: {len(data) - at} trailing data bytes")
-    return meta, out
+    if at != data_len:
+        raise FormatError(f"{what}: {data_len - at} trailing data bytes")
+    return meta, entries
+
+
+def _tensor(raw, dtype_name, shape):
+    dt = DTYPES[dtype_name]
+    t = torch.frombuffer(raw, dtype=dt) if len(raw) else torch.empty(0, dtype=dt)
+    return t.reshape(shape)
+
+
+def decode(buf, what="safetensors"):
+    """Returns (metadata dict, {name: tensor}); tensors are copies owning their memory."""
+    mv = memoryview(buf)
+    if len(mv) < 8:
+        raise FormatError(f"{what}: shorter than its 8-byte header length")
+    (n,) = struct.unpack_from("<Q", mv, 0)
+    if n > MAX_HEADER or n > len(mv) - 8:
+        raise FormatError(f"{what}: header length {n} does not fit {len(mv)} bytes")
+    data = mv[8 + n:]
+    meta, entries = _parse_header(mv[8:8 + n], len(data), what)
+    return meta, {name: _tensor(bytearray(data[s:en]), dt, shape) for name, (dt, shape, s, en) in entries.items()}
+
+
+def read_header(path):
+    """Reads only the header of the safetensors file at path, as strictly as
+    decode: returns (metadata, entries, data_start) with entries as
+    _parse_header's; the data section must end where the file does."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        if len(head) < 8:
+            raise FormatError(f"{path}: shorter than its 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n > MAX_HEADER or n > size - 8:
+            raise FormatError(f"{path}: header length {n} does not fit {size} bytes")
+        raw = f.read(n)
+    if len(raw) != n:
+        raise FormatError(f"{path}: file shrank while its header was read")
+    meta, entries = _parse_header(raw, size - 8 - n, path)
+    return meta, entries, 8 + n
+
+
+def iter_tensors(path, entries, data_start, names=None):
+    """Yields (name, tensor, raw bytes) for the tensors of one file, read one
+    at a time in file order (names: only these), so a reader holds one
+    tensor, not the file. entries and data_start come from read_header."""
+    want = sorted((s, name) for name, (_, _, s, _) in entries.items() if names is None or name in names)
+    with open(path, "rb") as f:
+        for s, name in want:
+            dt, shape, _, en = entries[name]
+            f.seek(data_start + s)
+            raw = bytearray(en - s)
+            if f.readinto(raw) != len(raw):
+                raise FormatError(f"{path}: tensor {name!r}: file ends before its data")
+            yield name, _tensor(raw, dt, shape), raw
 
 
 def _bytes(t):

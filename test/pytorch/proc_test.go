@@ -85,7 +85,7 @@ func tinyModel(t testing.TB) string {
 			return
 		}
 		modelDir = filepath.Join(tmpRoot, "model")
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a bound for a hung run only
 		defer cancel()
 		out, err := pyCmd(ctx, t, "-m", "longhaul_trainer.tiny", "--out", modelDir, "--vocab", "96", "--hidden", "32", "--heads", "4", "--kv-heads", "2", "--intermediate", "64").CombinedOutput()
 		if err != nil {

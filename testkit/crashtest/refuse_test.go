@@ -123,6 +123,8 @@ func TestServersRefuse(t *testing.T) {
 		{"checkpoint into a non-empty dir", "/v1/save_checkpoint", fmt.Sprintf(`{"dir":%q}`, filepath.Join(allowed, "full")), "k", 422, "not empty"},
 		{"checkpoint outside", "/v1/save_checkpoint", `{"dir":"/var/tmp/x"}`, "k", 422, "allowed"},
 		{"checkpoint without the key", "/v1/save_checkpoint", fmt.Sprintf(`{"dir":%q}`, filepath.Join(allowed, "new")), "", 401, ""},
+		{"export into a missing directory", "/v1/export_weights", fmt.Sprintf(`{"path":%q}`, filepath.Join(allowed, "gone", "w.safetensors")), "k", 422, "path"},
+		{"load a missing checkpoint", "/v1/load_checkpoint", fmt.Sprintf(`{"dir":%q}`, filepath.Join(allowed, "gone")), "k", 422, "dir"},
 		{"export allowed", "/v1/export_weights", fmt.Sprintf(`{"path":%q}`, filepath.Join(allowed, "w.safetensors")), "k", 200, "ok"},
 	} {
 		do(t, tport, c)
@@ -139,6 +141,7 @@ func TestServersRefuse(t *testing.T) {
 	long := row()
 	long.Tokens, long.Mask = make([]int32, 5000), make([]uint8, 5000)
 	long.Advantages, long.OldLogprobs = make([]float32, 5000), make([]float32, 5000)
+	long.Mask[1] = 1 // trainable, so only its length is wrong
 	for _, tc := range []struct {
 		name    string
 		edit    func(*ltrain.Row)
@@ -161,6 +164,43 @@ func TestServersRefuse(t *testing.T) {
 			t.Fatalf("train_step with %s: %v; want HTTP %d naming %s", tc.name, err, tc.status, tc.mention)
 		}
 		t.Logf("train_step with %s: %d", tc.name, e.Status)
+	}
+	// Bad batches as a whole: no rows, nothing trainable, a microbatch
+	// plan that does not hold every row once.
+	for _, tc := range []struct {
+		name    string
+		b       ltrain.Batch
+		mention string
+	}{
+		{"zero rows", ltrain.Batch{Loss: ltrain.LossPG}, "rows"},
+		{"no trainable tokens", ltrain.Batch{Loss: ltrain.LossPG, Rows: []ltrain.Row{{Tokens: []int32{1, 2}, Mask: []uint8{0, 0}, Advantages: []float32{0, 0}, OldLogprobs: []float32{0, 0}}}}, "mask"},
+		{"plan [[0],[0]]", ltrain.Batch{Loss: ltrain.LossPG, Rows: []ltrain.Row{row()}, Microbatches: [][]int{{0}, {0}}}, "microbatches"},
+		{"plan [[]]", ltrain.Batch{Loss: ltrain.LossPG, Rows: []ltrain.Row{row()}, Microbatches: [][]int{{}}}, "microbatches"},
+	} {
+		_, err := c.TrainStep(context.Background(), tc.b)
+		var e *remote.Error
+		if !errors.As(err, &e) || (e.Status != 400 && e.Status != 422) || !strings.Contains(err.Error(), tc.mention) {
+			t.Fatalf("train_step with %s: %v; want HTTP 400 or 422 naming %s", tc.name, err, tc.mention)
+		}
+		t.Logf("train_step with %s: %d", tc.name, e.Status)
+	}
+	// A shape no client would send: [0, 2^60] holds no element, so only a
+	// bound on each dimension refuses it.
+	hdr := `{"__metadata__":{"loss":"pg"},"tokens":{"dtype":"I32","shape":[0,1152921504606846976],"data_offsets":[0,0]},"mask":{"dtype":"U8","shape":[0,1152921504606846976],"data_offsets":[0,0]},"advantages":{"dtype":"F32","shape":[0,1152921504606846976],"data_offsets":[0,0]},"old_logprobs":{"dtype":"F32","shape":[0,1152921504606846976],"data_offsets":[0,0]},"lengths":{"dtype":"I32","shape":[0],"data_offsets":[0,0]}}`
+	for len(hdr)%8 != 0 {
+		hdr += " "
+	}
+	body := append([]byte{byte(len(hdr)), byte(len(hdr) >> 8), 0, 0, 0, 0, 0, 0}, hdr...)
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/train_step", tport), bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if (resp.StatusCode != 400 && resp.StatusCode != 422) || !strings.Contains(string(msg), "shape") {
+		t.Fatalf("train_step with shape [0, 2^60]: HTTP %d %s; want 400 or 422 naming the shape", resp.StatusCode, msg)
 	}
 	st, err := c.State(context.Background())
 	if err != nil || st.Step != 0 {

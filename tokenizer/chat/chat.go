@@ -74,6 +74,7 @@ var _ tokenizer.TextTemplate = (*Template)(nil)
 // a raise_exception while rendering (see lines.go).
 func Compile(name, src, bos, eos string) (*Template, error) {
 	code, _ := withRaiseLines(src)
+	code = withPythonFilters(code)
 	t, err := jinja.Compile(code)
 	if err != nil {
 		return nil, fmt.Errorf("chat: %s: chat_template: %w", name, err)
@@ -192,6 +193,7 @@ func (t *Template) renderOn(tmpl *jinja.Template, line *int, partial bool, msgs 
 	}
 	data["add_generation_prompt"] = jinja.NewBool(opt.AddGenerationPrompt)
 	data[raiseFn] = raiseAt
+	data[pyJSONFn], data[pyTrimFn] = pyJSON, pyTrim
 	if t.BOS != "" {
 		data["bos_token"] = jinja.NewString(t.BOS)
 	}
@@ -221,13 +223,13 @@ func (t *Template) renderOn(tmpl *jinja.Template, line *int, partial bool, msgs 
 		}
 		return "", nil, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 	}
-	return lsRestore.Replace(out), cur, nil
+	return out, cur, nil
 }
 
 // sameMessage compares two messages field by field (strings that share
 // memory compare in constant time: the bridge passes the same history).
 func sameMessage(a, b tokenizer.Message) bool {
-	return a.Role == b.Role && a.Content == b.Content && a.ReasoningContent == b.ReasoningContent &&
+	return a.Role == b.Role && a.Content == b.Content && a.ReasoningContent == b.ReasoningContent && a.HasReasoning() == b.HasReasoning() &&
 		a.ToolCallID == b.ToolCallID && a.Name == b.Name &&
 		slices.EqualFunc(a.ToolCalls, b.ToolCalls, func(x, y tokenizer.ToolCall) bool {
 			return x.ID == y.ID && x.Name == y.Name && bytes.Equal(x.Arguments, y.Arguments)
@@ -238,18 +240,6 @@ func sameMessage(a, b tokenizer.Message) bool {
 // a template calling any of them could change a message's values, so its
 // values are never reused across renders.
 var mutating = regexp.MustCompile(`\.\s*(append|pop|insert|update|extend|clear|setdefault|remove)\s*\(`)
-
-// The engine's tojson escapes U+2028 and U+2029 (Go's encoding/json does, for
-// JavaScript embedding); Python's json.dumps(ensure_ascii=False), which HF
-// templates are written for, and the JS reference write them raw. Strings
-// decoded from JSON (tools, tool-call arguments: what templates pass to
-// tojson) carry them as the noncharacters U+FDD0/U+FDD1 through the render,
-// and the output gets them back. Input that already holds those
-// noncharacters is refused rather than silently changed.
-var (
-	lsHide    = strings.NewReplacer("\u2028", "\ufdd0", "\u2029", "\ufdd1")
-	lsRestore = strings.NewReplacer("\ufdd0", "\u2028", "\ufdd1", "\u2029")
-)
 
 // messageValue builds the mapping a template sees for one message, in the
 // OpenAI shape: tool_calls[i] = {id, type: "function", function: {name,
@@ -263,7 +253,7 @@ func (t *Template) messageValue(m tokenizer.Message) (jinja.Value, error) {
 	} else {
 		dd.Set("content", jinja.NewString(m.Content))
 	}
-	if m.ReasoningContent != "" {
+	if m.HasReasoning() {
 		dd.Set("reasoning_content", jinja.NewString(m.ReasoningContent))
 	}
 	if len(m.ToolCalls) > 0 {
@@ -271,7 +261,7 @@ func (t *Template) messageValue(m tokenizer.Message) (jinja.Value, error) {
 		for i, c := range m.ToolCalls {
 			args := jinja.NewDict()
 			if t.StringArguments {
-				args = jinja.NewString(lsHide.Replace(compactJSON(c.Arguments)))
+				args = jinja.NewString(compactJSON(c.Arguments))
 			} else if len(c.Arguments) > 0 {
 				var err error
 				if args, err = jsonValue(c.Arguments); err != nil {
@@ -350,10 +340,7 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 			return jinja.NewList(items), err
 		}
 	case string:
-		if strings.ContainsAny(x, "\ufdd0\ufdd1") {
-			return jinja.Value{}, fmt.Errorf("string holds the noncharacter U+FDD0 or U+FDD1")
-		}
-		return jinja.NewString(lsHide.Replace(x)), nil
+		return jinja.NewString(x), nil
 	case json.Number:
 		if !strings.ContainsAny(x.String(), ".eE") {
 			if n, err := x.Int64(); err == nil {
@@ -487,7 +474,7 @@ func contentIsNull(m tokenizer.Message) bool {
 type WireMessage struct {
 	Role             string     `json:"role"`
 	Content          *string    `json:"content"`
-	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"` // nil: no such field
 	ToolCalls        []WireCall `json:"tool_calls,omitempty"`
 	ToolCallID       string     `json:"tool_call_id,omitempty"`
 	Name             string     `json:"name,omitempty"`
@@ -511,7 +498,11 @@ type WireFunction struct {
 func (t *Template) Wire(msgs []tokenizer.Message) []WireMessage {
 	out := make([]WireMessage, len(msgs))
 	for i, m := range msgs {
-		w := WireMessage{Role: m.Role, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID, Name: m.Name}
+		w := WireMessage{Role: m.Role, ToolCallID: m.ToolCallID, Name: m.Name}
+		if m.HasReasoning() {
+			r := m.ReasoningContent
+			w.ReasoningContent = &r
+		}
 		if !t.NullToolCallContent || !contentIsNull(m) {
 			c := m.Content
 			w.Content = &c
@@ -540,16 +531,53 @@ func compactJSON(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// Unwire converts OpenAI-shaped messages back.
+// Unwire converts OpenAI-shaped messages back. A tool call's arguments
+// given as a JSON string (the OpenAI wire form) holding JSON become that
+// JSON; any other value is kept as it is (a string that is not JSON stays
+// a string: templates see it as one). Template.FromWire inverts Wire
+// exactly.
 func Unwire(ws []WireMessage) []tokenizer.Message {
+	return unwire(ws, func(args json.RawMessage) json.RawMessage {
+		var s string
+		if json.Unmarshal(args, &s) == nil && json.Valid([]byte(s)) {
+			return json.RawMessage(s)
+		}
+		return args
+	})
+}
+
+// FromWire converts messages in the shape this template takes (Wire's)
+// back: Wire(FromWire(ws)) is ws, but for a missing content or a null
+// reasoning_content, which are "" and missing. Under StringArguments the
+// arguments must be JSON strings, and their text is the arguments as
+// written.
+func (t *Template) FromWire(ws []WireMessage) ([]tokenizer.Message, error) {
+	var bad error
+	msgs := unwire(ws, func(args json.RawMessage) json.RawMessage {
+		if !t.StringArguments {
+			return args
+		}
+		var s string
+		if err := json.Unmarshal(args, &s); err != nil {
+			bad = fmt.Errorf("chat: %s: tool-call arguments must be a string for this template: %s", t.name, args)
+		}
+		return json.RawMessage(s)
+	})
+	return msgs, bad
+}
+
+func unwire(ws []WireMessage, args func(json.RawMessage) json.RawMessage) []tokenizer.Message {
 	out := make([]tokenizer.Message, len(ws))
 	for i, w := range ws {
-		m := tokenizer.Message{Role: w.Role, ReasoningContent: w.ReasoningContent, ToolCallID: w.ToolCallID, Name: w.Name}
+		m := tokenizer.Message{Role: w.Role, ToolCallID: w.ToolCallID, Name: w.Name}
 		if w.Content != nil {
 			m.Content = *w.Content
 		}
+		if w.ReasoningContent != nil {
+			m.ReasoningContent, m.ReasoningSet = *w.ReasoningContent, *w.ReasoningContent == ""
+		}
 		for _, c := range w.ToolCalls {
-			m.ToolCalls = append(m.ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+			m.ToolCalls = append(m.ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args(c.Function.Arguments)})
 		}
 		out[i] = m
 	}

@@ -32,21 +32,6 @@ func isQwen3(src string) bool {
 	return hex.EncodeToString(h[:]) == qwen3Template
 }
 
-// toolJSON renders what the template writes for a tool definition or
-// tool-call arguments: the engine's tojson (a string argument as is).
-var toolJSON = func() *jinja.Template {
-	t, err := jinja.Compile(`{%- if a is string %}{{- a }}{%- else %}{{- a | tojson }}{%- endif %}`)
-	if err != nil {
-		panic(err)
-	}
-	return t
-}()
-
-func engineJSON(v jinja.Value) (string, error) {
-	s, err := toolJSON.RenderValues(map[string]jinja.Value{"a": v})
-	return lsRestore.Replace(s), err
-}
-
 // qwenChunk is one message's rendered text and the facts it depends on.
 type qwenChunk struct {
 	msg   tokenizer.Message
@@ -219,7 +204,7 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 				if err != nil {
 					return "", 0, nil, 0, fmt.Errorf("chat: tools[%d]: %w", i, err)
 				}
-				s, err := engineJSON(v)
+				s, err := toJSON(v)
 				if err != nil {
 					return "", 0, nil, 0, fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 				}
@@ -229,7 +214,7 @@ func (t *Template) renderQwen3(msgs []tokenizer.Message, opt tokenizer.RenderOpt
 		} else if sys != nil {
 			b.WriteString("<|im_start|>system\n" + sys.Content + "<|im_end|>\n")
 		}
-		st.toolsRaw, st.header = toBytes(opt.Tools), lsRestore.Replace(b.String())
+		st.toolsRaw, st.header = toBytes(opt.Tools), b.String()
 		if sys != nil {
 			s := *sys
 			st.system = &s
@@ -285,7 +270,7 @@ func (t *Template) qwenMessage(i int, m tokenizer.Message, f uint8) (string, err
 		b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
 	case m.Role == "assistant":
 		content, reasoning := m.Content, ""
-		if m.ReasoningContent != "" {
+		if m.HasReasoning() {
 			reasoning = m.ReasoningContent
 		} else if strings.Contains(m.Content, "</think>") {
 			parts := strings.Split(m.Content, "</think>")
@@ -302,7 +287,10 @@ func (t *Template) qwenMessage(i int, m tokenizer.Message, f uint8) (string, err
 			if k > 0 || content != "" {
 				b.WriteString("\n")
 			}
-			s, err := engineJSON(args[k])
+			s, err := toJSON(args[k])
+			if args[k].IsString() {
+				s = args[k].AsString() // `arguments is string`: written as is
+			}
 			if err != nil {
 				return "", fmt.Errorf("chat: %s: rendering chat_template: %w", t.name, err)
 			}
@@ -318,7 +306,7 @@ func (t *Template) qwenMessage(i int, m tokenizer.Message, f uint8) (string, err
 			b.WriteString("<|im_end|>\n")
 		}
 	}
-	return lsRestore.Replace(b.String()), nil
+	return b.String(), nil
 }
 
 func toBytes(raw []json.RawMessage) [][]byte {

@@ -161,7 +161,7 @@ func (t *Template) renderSeq(msgs []tokenizer.Message, opt tokenizer.RenderOptio
 	if headerReused {
 		st.sys, st.header = prev.sys, prev.header
 	} else {
-		st.sys, st.header = ns.sys, lsRestore.Replace(t.BOS+ns.sys)
+		st.sys, st.header = ns.sys, t.BOS+ns.sys
 	}
 	size := len(st.header) + st.cum[len(msgs)]
 	if headerReused {
@@ -228,7 +228,7 @@ func (t *Template) seqMessage(i int, m tokenizer.Message, ns seqNS) (string, seq
 	var b strings.Builder
 	switch t.seq {
 	case seqLlama31:
-		b.WriteString("<|start_header_id|>" + m.Role + "<|end_header_id|>\n\n" + strings.TrimSpace(m.Content) + "<|eot_id|>")
+		b.WriteString("<|start_header_id|>" + m.Role + "<|end_header_id|>\n\n" + pyStrip(m.Content) + "<|eot_id|>")
 	case seqDeepSeekV3:
 		switch m.Role {
 		case "system":
@@ -273,5 +273,5 @@ func (t *Template) seqMessage(i int, m tokenizer.Message, ns seqNS) (string, seq
 			}
 		}
 	}
-	return lsRestore.Replace(b.String()), ns, nil
+	return b.String(), ns, nil
 }

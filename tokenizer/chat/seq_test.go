@@ -59,7 +59,7 @@ func testSeqNative(t *testing.T, model string) {
 		case 1:
 			s = ""
 		case 2:
-			s += "\ufdd0 \u2028" // the engine path's output mapping applies to all text
+			s += "\ufdd0 \u2028\x1c" // noncharacters, U+2028 and a separator (str.strip() trims it) in text
 		case 3:
 			s = "\u2028" + s + " \u3000"
 		}
@@ -97,7 +97,7 @@ func testSeqNative(t *testing.T, model string) {
 			case 6:
 				msgs[j].ToolCalls = append(msgs[j].ToolCalls, tokenizer.ToolCall{ID: "x", Name: "search", Arguments: json.RawMessage(`{"query": "` + fmt.Sprint(j) + `"}`)})
 				msgs[j].Content = []string{"", text()}[r.IntN(2)]
-			case 7: // raw U+2028 (restored) or U+FDD0 (refused where decoded) in arguments
+			case 7: // raw U+2028 and U+FDD0 in arguments (written as they are)
 				if len(msgs[j].ToolCalls) > 0 {
 					msgs[j].ToolCalls[0].Arguments = json.RawMessage("{\"city\": \"a\u2028b" + []string{"", "\ufdd0"}[r.IntN(2)] + "\"}")
 				}

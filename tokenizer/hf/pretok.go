@@ -180,13 +180,13 @@ func parseNormalizer(raw json.RawMessage, path string) ([]normalizer, error) {
 		}
 		return out, nil
 	case "NFC":
-		return []normalizer{norm.NFC.String}, nil
+		return []normalizer{unicodeNormalizer(norm.NFC)}, nil
 	case "NFD":
-		return []normalizer{norm.NFD.String}, nil
+		return []normalizer{unicodeNormalizer(norm.NFD)}, nil
 	case "NFKC":
-		return []normalizer{norm.NFKC.String}, nil
+		return []normalizer{unicodeNormalizer(norm.NFKC)}, nil
 	case "NFKD":
-		return []normalizer{norm.NFKD.String}, nil
+		return []normalizer{unicodeNormalizer(norm.NFKD)}, nil
 	case "Lowercase":
 		return []normalizer{strings.ToLower}, nil
 	case "Prepend":

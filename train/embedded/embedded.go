@@ -69,7 +69,7 @@ func (t *Trainer) TrainStep(ctx context.Context, b train.Batch) (train.StepStats
 	case train.LossSFT:
 		lc = t.sft
 	default:
-		return train.StepStats{}, fmt.Errorf("embedded trainer: unknown loss %q", b.Loss)
+		return train.StepStats{}, fmt.Errorf("embedded trainer: %w: loss: unknown loss %q", train.ErrInvalidBatch, b.Loss)
 	}
 	m := t.t.Model()
 	if err := train.ValidateForModel(b, m.Config().Vocab, m.Context()); err != nil {
@@ -99,6 +99,9 @@ func (t *Trainer) State(context.Context) (train.State, error) {
 // publishes it by rename.
 func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 	fs := t.storage()
+	if err := fs.MkdirAll(dir, 0o755); err != nil { // the protocol allows an absent dir
+		return fmt.Errorf("embedded trainer: %w", err)
+	}
 	create := func(p string) (io.WriteCloser, error) {
 		return fs.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	}
@@ -108,11 +111,12 @@ func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 	return saveState(fs, dir, t.t.SaveState, t.version)
 }
 
-// LoadCheckpoint implements train.Trainer.
+// LoadCheckpoint implements train.Trainer. A directory that does not hold
+// a checkpoint this trainer loads is bad input (train.ErrInvalidInput).
 func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 	m, err := model.LoadDirWith(dir, model.LoadOptions{Copy: true})
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	if old := t.t.Model(); old.Context() != m.Context() {
 		if err := m.SetContext(old.Context()); err != nil {
@@ -121,11 +125,11 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 	}
 	nt, err := model.NewTrainer(m, t.oc)
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	v, err := readState(dir, nt.LoadState)
 	if err != nil {
-		return err
+		return notACheckpoint(dir, err)
 	}
 	t.t, t.version = nt, v
 	return nil

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/longhaul-rl/longhaul/store"
+	"github.com/longhaul-rl/longhaul/train"
 )
 
 // The optimizer state and version files of a checkpoint.
@@ -58,4 +59,10 @@ func readState(dir string, load func(io.Reader) error) (int64, error) {
 		return 0, fmt.Errorf("embedded trainer: %s: %w", MetaFile, err)
 	}
 	return md.Version, nil
+}
+
+// notACheckpoint marks a load that failed on what dir holds (a missing or
+// unreadable file, another model's weights): the caller's input.
+func notACheckpoint(dir string, err error) error {
+	return fmt.Errorf("%w: embedded trainer: %s does not hold a checkpoint it loads: %w", train.ErrInvalidInput, dir, err)
 }

@@ -23,8 +23,9 @@ import (
 
 // ErrInvalid marks a trainer error caused by its input (a bad batch, a
 // checkpoint directory that is not empty): the handler answers 422 and the
-// client reports a data error. Other trainer errors answer 500 (infra).
-var ErrInvalid = errors.New("invalid trainer input")
+// client reports a data error. Other trainer errors answer 500 (infra). It
+// is train.ErrInvalidInput, so a trainer need not import this package.
+var ErrInvalid = train.ErrInvalidInput
 
 // HandlerOptions configure NewHandler.
 type HandlerOptions struct {
@@ -56,7 +57,7 @@ func NewHandler(t train.Trainer, opts HandlerOptions) http.Handler {
 	mux.HandleFunc("POST /v1/train_step", h.trainStep)
 	mux.HandleFunc("POST /v1/warm_step", h.warmStep) // warm.go
 	mux.HandleFunc("POST /v1/save_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.SaveCheckpoint(ctx, a) }, "dir", h.emptyDir))
-	mux.HandleFunc("POST /v1/load_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.LoadCheckpoint(ctx, a) }, "dir", h.allowed))
+	mux.HandleFunc("POST /v1/load_checkpoint", h.dirCall(func(ctx context.Context, a string) error { return t.LoadCheckpoint(ctx, a) }, "dir", h.checkpointSource))
 	mux.HandleFunc("POST /v1/export_weights", h.dirCall(func(ctx context.Context, a string) error { return t.ExportWeights(ctx, a) }, "path", h.weightsTarget))
 	mux.HandleFunc("GET /v1/state", h.state)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {

@@ -9,6 +9,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -130,16 +132,22 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || s != (train.State{Step: 2, Version: 2}) {
 		t.Fatalf("state %+v %v", s, err)
 	}
-	if err := c.SaveCheckpoint(ctx, "/ck/1"); err != nil {
+	// The handler checks the paths on disk: a checkpoint is written into a
+	// directory that exists, loaded from one that exists, and an export
+	// goes into a directory that exists.
+	tmp := t.TempDir()
+	ck, w := filepath.Join(tmp, "1"), filepath.Join(tmp, "model.safetensors")
+	if err := c.SaveCheckpoint(ctx, ck); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.LoadCheckpoint(ctx, "/ck/1"); err != nil {
+	os.Mkdir(ck, 0o755) // the fake trainer writes nothing
+	if err := c.LoadCheckpoint(ctx, ck); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.ExportWeights(ctx, "/w/model.safetensors"); err != nil {
+	if err := c.ExportWeights(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"save /ck/1", "load /ck/1", "export /w/model.safetensors"}; !reflect.DeepEqual(f.calls, want) {
+	if want := []string{"save " + ck, "load " + ck, "export " + w}; !reflect.DeepEqual(f.calls, want) {
 		t.Fatalf("calls %v", f.calls)
 	}
 	resp, err := http.Get(ts.URL + "/health")
@@ -193,7 +201,7 @@ func TestErrorMapping(t *testing.T) {
 	check("no key", err, failure.Data, 401)
 	c := New(ts.URL, Options{APIKey: "k"})
 	f.err = fmt.Errorf("bad dir: %w", ErrInvalid)
-	check("invalid", c.SaveCheckpoint(ctx, "/x"), failure.Data, 422)
+	check("invalid", c.SaveCheckpoint(ctx, filepath.Join(t.TempDir(), "x")), failure.Data, 422)
 	f.err = errors.New("CUDA out of memory")
 	_, err = c.TrainStep(ctx, testBatch())
 	check("trainer failure", err, failure.Infra, 500)

@@ -108,7 +108,9 @@ func decodeSafetensors(b []byte) (map[string]string, map[string]tensor, error) {
 		}
 		elems := 1
 		for _, d := range e.Shape {
-			if d < 0 || (d > 0 && elems > math.MaxInt32/d) {
+			// Each dimension is bounded too: with a 0 beside it the
+			// product alone would pass [0, 2^60].
+			if d < 0 || d > math.MaxInt32 || (d > 0 && elems > math.MaxInt32/d) {
 				return nil, nil, fmt.Errorf("safetensors tensor %q: bad shape %v", name, e.Shape)
 			}
 			elems *= d

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -128,9 +129,10 @@ func TestRestartAfterWarmStartFenced(t *testing.T) {
 	defer srv.Close()
 	c := New(srv.URL, Options{})
 	ctx := t.Context()
-	warmThenExport(t, c, 3, "/w0.safetensors")
+	w := filepath.Join(t.TempDir(), "w0.safetensors")
+	warmThenExport(t, c, 3, w)
 	f.done = 0 // the trainer restarted: step 0, no warm start
-	if err := c.ExportWeights(ctx, "/w0.safetensors"); !errors.Is(err, train.ErrStateLost) {
+	if err := c.ExportWeights(ctx, w); !errors.Is(err, train.ErrStateLost) {
 		t.Fatalf("export from a trainer restarted after the warm start: %v", err)
 	}
 	if _, err := c.TrainStep(ctx, testBatch()); !errors.Is(err, train.ErrStateLost) {
@@ -139,7 +141,7 @@ func TestRestartAfterWarmStartFenced(t *testing.T) {
 	if n := len(f.batches); n != 3 {
 		t.Fatalf("the trainer got %d batches, want the 3 warm steps only", n)
 	}
-	if err := c.LoadCheckpoint(ctx, "/ckpt-0"); err != nil {
+	if err := c.LoadCheckpoint(ctx, t.TempDir()); err != nil { // the fake loads any directory
 		t.Fatal(err)
 	}
 	if _, err := c.TrainStep(ctx, testBatch()); err != nil {
@@ -165,9 +167,10 @@ func TestExportFencedAtWarmStep(t *testing.T) {
 	defer srv.Close()
 	c := New(srv.URL, Options{})
 	ctx := t.Context()
-	warmThenExport(t, c, 2, "/w/model.safetensors")
+	w := filepath.Join(t.TempDir(), "model.safetensors")
+	warmThenExport(t, c, 2, w)
 	armed = true
-	if err := c.ExportWeights(ctx, "/w/model.safetensors"); !errors.Is(err, ErrStepConflict) || !errors.Is(err, train.ErrStateLost) {
+	if err := c.ExportWeights(ctx, w); !errors.Is(err, ErrStepConflict) || !errors.Is(err, train.ErrStateLost) {
 		t.Fatalf("export from a trainer that lost its warm steps after the check: %v", err)
 	}
 	if n := len(f.calls); n != 1 {
