@@ -12,7 +12,8 @@ import (
 // advantages, clipping, KL) under both normalisations and for the SFT
 // loss; ctx 40 > attnBlock, so the block-causal attention has two blocks.
 // The default configuration itself is checked on an even spread of each
-// tensor's elements.
+// tensor's elements. Under -race and -short (the portable build's loops
+// are 20-35x slower) every tensor is checked on an even spread.
 func TestGradientCheck(t *testing.T) {
 	losses := []struct {
 		name string
@@ -30,8 +31,8 @@ func TestGradientCheck(t *testing.T) {
 		})
 	}
 	t.Run("builtin_default/pg", func(t *testing.T) {
-		if raceEnabled {
-			t.Skip("the tiny configuration covers the code under -race")
+		if raceEnabled || testing.Short() {
+			t.Skip("the tiny configuration covers the code under -race and -short")
 		}
 		m := testModel(t, DefaultConfig(), 3, 4)
 		seqs := testSeqs(t, m, []int{36, 9}, 5)
@@ -50,8 +51,8 @@ func TestGradientCheckFamilies(t *testing.T) {
 			{Kind: LossSFT, Norm: NormSeqMean},
 		} {
 			t.Run(name+"/"+lc.Kind, func(t *testing.T) {
-				if raceEnabled && (name != "qwen3" || lc.Kind != LossPG) {
-					t.Skip("under -race one family and loss suffice (the race detector makes each loss evaluation ~20x slower)")
+				if (raceEnabled || testing.Short()) && (name != "qwen3" || lc.Kind != LossPG) {
+					t.Skip("under -race and -short one family and loss suffice (the race detector makes each loss evaluation ~20x slower)")
 				}
 				m := testModel(t, cfg, 3, 8)
 				seqs := testSeqs(t, m, []int{40, 11, 7}, 5)
@@ -82,9 +83,10 @@ func checkGradient(t *testing.T, m *Model, seqs []Sequence, lc LossConfig, per i
 	}
 	for _, s := range m.specs {
 		var num, den, maxAbs float64
-		// every element, or an even spread of them under the race detector
+		// every element, or an even spread of them under the race
+		// detector and -short
 		step := 1
-		if raceEnabled {
+		if raceEnabled || testing.Short() {
 			step = max(1, s.size/12)
 		}
 		if per > 0 {

@@ -11,7 +11,8 @@ import (
 // TestResidentDecodeMatchesTrainer: a BF16 checkpoint loads mapped and
 // stays BF16 through generation; its sampler's logprobs equal, bit for
 // bit, what a trainer of the same weights (the float32 master copy, each
-// weight widened) computes for the sampled tokens, and the tokens are
+// weight widened: read as a copy, and made by NewTrainer over the mapped
+// model itself) computes for the sampled tokens, and the tokens are
 // those a float32 copy samples. Decode reads the weights in place (as a
 // model too big for decode's copies does: forced here), each product's
 // columns over both cores, for the BF16 mapping and for the float32 one.
@@ -58,6 +59,18 @@ func TestResidentDecodeMatchesTrainer(t *testing.T) {
 				if _, err := NewTrainer(master, DefaultOptimConfig()); err != nil {
 					t.Fatal(err)
 				}
+				// a trainer of the mapped model itself: NewTrainer widens its
+				// weights into a master slab of its own (ensureF32)
+				mapped, err := LoadDir(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := NewTrainer(mapped, DefaultOptimConfig()); err != nil {
+					t.Fatal(err)
+				}
+				if mapped.w == nil {
+					t.Fatalf("%s: a trainer of a mapped model has no float32 master slab", dtype)
+				}
 				copyRes, err := master.Clone().Generate(ctx, reqs) // decode through the transposed copies
 				if err != nil {
 					t.Fatal(err)
@@ -66,13 +79,15 @@ func TestResidentDecodeMatchesTrainer(t *testing.T) {
 					if !slices.Equal(got[i].Tokens, copyRes[i].Tokens) || !sameBits(got[i].Logprobs, copyRes[i].Logprobs) {
 						t.Fatalf("%s request %d: in place %v, float32 copy %v", dtype, i, got[i].Tokens, copyRes[i].Tokens)
 					}
-					lps, err := master.Logprobs(ctx, [][]int32{append(slices.Clone(q.Prompt), got[i].Tokens...)})
-					if err != nil {
-						t.Fatal(err)
-					}
-					for j, lp := range got[i].Logprobs {
-						if want := lps[0][len(q.Prompt)+j]; math.Float32bits(lp) != math.Float32bits(want) {
-							t.Fatalf("%s request %d token %d: sampler %v, trainer %v", dtype, i, j, lp, want)
+					for tn, tm := range map[string]*Model{"copied": master, "mapped": mapped} {
+						lps, err := tm.Logprobs(ctx, [][]int32{append(slices.Clone(q.Prompt), got[i].Tokens...)})
+						if err != nil {
+							t.Fatal(err)
+						}
+						for j, lp := range got[i].Logprobs {
+							if want := lps[0][len(q.Prompt)+j]; math.Float32bits(lp) != math.Float32bits(want) {
+								t.Fatalf("%s request %d token %d: sampler %v, trainer of the %s model %v", dtype, i, j, lp, tn, want)
+							}
 						}
 					}
 				}
