@@ -3,6 +3,7 @@ package segment_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -175,6 +176,40 @@ func TestUndeclaredBreak(t *testing.T) {
 	}
 	if be.Pos != 5 || be.Call != 2 {
 		t.Fatalf("%+v", be)
+	}
+}
+
+// TestUndeclaredBreakWithoutTokenizer: with no tokenizer in the config the
+// error shows the token ids, the same tokens the run's tokenizer renders.
+func TestUndeclaredBreakWithoutTokenizer(t *testing.T) {
+	_, _, err := segment.Build(compacted(), nil, segment.Config{DiffWindow: 4})
+	var be *segment.BreakError
+	if !errors.As(err, &be) {
+		t.Fatalf("err %v", err)
+	}
+	_, _, err = segment.Build(compacted(), nil, segment.Config{DiffWindow: 4, Tokenizer: bytetok.Tok{}})
+	var text *segment.BreakError
+	if !errors.As(err, &text) {
+		t.Fatalf("err %v", err)
+	}
+	for _, c := range []struct{ ids, text string }{{be.Context, text.Context}, {be.Prompt, text.Prompt}} {
+		inner, pre := strings.CutPrefix(c.ids, "…[")
+		inner, post := strings.CutSuffix(inner, "]…")
+		if !pre || !post {
+			t.Fatalf("ids %q: want …[id id …]…", c.ids)
+		}
+		var ids []int32
+		for _, f := range strings.Fields(inner) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("ids %q: %v", c.ids, err)
+			}
+			ids = append(ids, int32(n))
+		}
+		var tok bytetok.Tok
+		if got := "…" + tok.Decode(ids) + "…"; got != c.text {
+			t.Fatalf("ids %q decode to %q, the tokenizer's rendering is %q", c.ids, got, c.text)
+		}
 	}
 }
 
