@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -112,5 +113,61 @@ func TestNoImportRunsBackUp(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Fatalf("only %d module imports read: the walk missed the tree", checked)
+	}
+}
+
+// TestArchitectureNamesEveryPackage holds docs/architecture.md's package
+// table to the tree: every folder with non-test Go files outside test/ is
+// named in a row, and every name in a row is such a folder.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	doc, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	_, table, _ := strings.Cut(string(doc), "## Packages")
+	table, _, _ = strings.Cut(table, "\n## ")
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		for _, part := range strings.Split(cells[1], ",") {
+			if name := strings.Trim(strings.TrimSpace(part), "`"); name != "" && name != "package" && !strings.HasPrefix(name, "---") {
+				named[name] = true
+			}
+		}
+	}
+	if len(named) < 20 {
+		t.Fatalf("docs/architecture.md: only %d packages read from the table under \"## Packages\"", len(named))
+	}
+	found := map[string]bool{}
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != "." && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "testdata" || n == "python" || path == "test") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if dir := filepath.Dir(path); dir != "." && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			found[filepath.ToSlash(dir)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir := range found {
+		if !named[dir] {
+			t.Errorf("package %s is not in docs/architecture.md's package table", dir)
+		}
+	}
+	for name := range named {
+		if !found[name] {
+			t.Errorf("docs/architecture.md's package table names %s, which is not a package folder", name)
+		}
 	}
 }

@@ -37,6 +37,26 @@ const (
 	CountNormalized = "count_normalized"
 )
 
+// Summary credit rules (config `grpo.summary_credit`): what the tokens of
+// summary calls get, beside the credit rule of the rest. Masking summaries
+// out of the loss is segment building's (segment.Config.MaskSummaries);
+// here masked spans simply get nothing.
+const (
+	// SummaryLikeRest gives summary tokens what every other token of the
+	// rollout gets under the credit rule (the rollout's advantage under
+	// broadcast).
+	SummaryLikeRest = "rollout"
+	// SummarySeparate scales the summary tokens' value by Nₐ/Nₛ, the
+	// group's other trainable tokens over its summary tokens: under a
+	// token-mean loss the summary tokens then weigh as much in the
+	// gradient as all the other tokens together, however few they are.
+	// This is the separated loss of FoldAct (arXiv 2512.22733), which
+	// normalizes summary and action tokens on their own against the
+	// "gradient dilution" of summaries that are a small share of a
+	// rollout's tokens.
+	SummarySeparate = "separate"
+)
+
 // DefaultEps is GRPO's std floor.
 const DefaultEps = 1e-6
 
@@ -45,6 +65,9 @@ type Config struct {
 	Estimator string  `json:"estimator"` // default grpo
 	Credit    string  `json:"credit"`    // default broadcast
 	Eps       float64 `json:"eps"`       // GRPO std floor; default DefaultEps
+	// SummaryCredit is the rule for the tokens of summary calls; default
+	// SummaryLikeRest.
+	SummaryCredit string `json:"summary_credit"`
 }
 
 // ErrConfig wraps configuration errors.
@@ -59,6 +82,14 @@ func (c Config) norm() (Config, error) {
 	}
 	if c.Eps == 0 {
 		c.Eps = DefaultEps
+	}
+	if c.SummaryCredit == "" {
+		c.SummaryCredit = SummaryLikeRest
+	}
+	switch c.SummaryCredit {
+	case SummaryLikeRest, SummarySeparate:
+	default:
+		return c, fmt.Errorf("%w: unknown summary credit rule %q", ErrConfig, c.SummaryCredit)
 	}
 	switch c.Estimator {
 	case GRPO, DrGRPO, RLOO:
@@ -165,6 +196,10 @@ func Compute(cfg Config, group []Rollout) (Group, error) {
 		return Group{}, err
 	}
 	g := Group{Rollouts: make([]Assigned, len(group)), Mean: mean, Std: std}
+	sumScale := float32(1)
+	if cfg.SummaryCredit == SummarySeparate {
+		sumScale = separateScale(group, valid)
+	}
 	var meanTok float64
 	if cfg.Credit == CountNormalized {
 		n := 0
@@ -195,7 +230,7 @@ func Compute(cfg Config, group []Rollout) (Group, error) {
 					tok *= meanTok / float64(t)
 				}
 			}
-			a.Rows = Rows(r.Segments, float32(tok))
+			a.Rows = rows(r.Segments, float32(tok), sumScale)
 		}
 		g.Rollouts[i] = a
 	}
@@ -204,7 +239,10 @@ func Compute(cfg Config, group []Rollout) (Group, error) {
 
 // Rows gives adv to every trainable token of segs, with one allocation
 // for all the advantage arrays.
-func Rows(segs []segment.Segment, adv float32) []train.Row {
+func Rows(segs []segment.Segment, adv float32) []train.Row { return rows(segs, adv, 1) }
+
+// rows is Rows with the summary spans' value scaled by sumScale.
+func rows(segs []segment.Segment, adv, sumScale float32) []train.Row {
 	n := 0
 	for i := range segs {
 		n += len(segs[i].Tokens)
@@ -217,14 +255,40 @@ func Rows(segs []segment.Segment, adv float32) []train.Row {
 		buf = buf[len(s.Tokens):]
 		if adv != 0 && !s.Masked {
 			for _, sp := range s.Spans {
+				if sp.Masked {
+					continue
+				}
+				v := adv
+				if sp.Summary {
+					v *= sumScale
+				}
 				for j := sp.Start; j < sp.End; j++ {
-					a[j] = adv
+					a[j] = v
 				}
 			}
 		}
 		rows[i] = train.Row{Tokens: s.Tokens, Mask: s.Mask, Advantages: a, OldLogprobs: s.Logprobs}
 	}
 	return rows
+}
+
+// separateScale is SummarySeparate's factor Nₐ/Nₛ over the group's valid
+// members: 1 when either count is 0 (nothing to balance).
+func separateScale(group []Rollout, valid []bool) float32 {
+	var all, sum int
+	for i := range group {
+		if !valid[i] {
+			continue
+		}
+		all += trainable(group[i].Segments)
+		for j := range group[i].Segments {
+			sum += group[i].Segments[j].SummaryTokens()
+		}
+	}
+	if sum == 0 || all == sum {
+		return 1
+	}
+	return float32(all-sum) / float32(sum)
 }
 
 func trainable(segs []segment.Segment) int {

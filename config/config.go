@@ -83,6 +83,7 @@ type GRPO struct {
 	NumGenerationsPerPrompt int    `yaml:"num_generations_per_prompt" doc:"rollouts per group (G)"`
 	Estimator               string `yaml:"estimator" enum:"grpo|dr_grpo|rloo" doc:"advantage estimator over a group"`
 	Credit                  string `yaml:"credit" enum:"broadcast|divide|count_normalized" doc:"how a rollout's advantage reaches its segments' tokens"`
+	SummaryCredit           string `yaml:"summary_credit" enum:"rollout|masked|separate" doc:"what the tokens of summary calls (compaction.policy summarize) get: rollout: the same as the rollout's other tokens under grpo.credit; masked: nothing, they are out of the loss (an untrained summarizer); separate: the same scaled by the group's other tokens over its summary tokens, so summaries weigh as much as the rest (FoldAct's separated loss; docs/rollouts.md)"`
 	MicrobatchTokens        int    `yaml:"microbatch_tokens" doc:"token budget of one packed microbatch"`
 }
 
@@ -213,7 +214,7 @@ func Default() *Config {
 		Model: Model{Layers: 2, Dim: 128, Heads: 4, Hidden: 352, Context: 128,
 			Positions: "rope"},
 		GRPO: GRPO{NumPromptsPerStep: 8, NumGenerationsPerPrompt: 8, Estimator: "grpo",
-			Credit: "broadcast", MicrobatchTokens: 4096},
+			Credit: "broadcast", SummaryCredit: "rollout", MicrobatchTokens: 4096},
 		Loss: Loss{ClipLow: 0.2, ClipHigh: 0.28, Norm: "token_mean"},
 		Optim: Optim{LR: 1e-3, MinLR: 1e-4, WarmupSteps: 5, Schedule: "cosine",
 			Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, GradClip: 1.0},

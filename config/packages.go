@@ -31,14 +31,32 @@ func (c *Config) CompactionConfig() compaction.Config {
 	return cc
 }
 
-// SegmentConfig maps compaction.on_undeclared_break to segment building.
+// SegmentConfig maps compaction.on_undeclared_break, and grpo.summary_credit
+// masked (summary tokens out of the loss), to segment building.
 func (c *Config) SegmentConfig() segment.Config {
-	return segment.Config{OnUndeclaredBreak: c.Compaction.OnUndeclaredBreak}
+	return segment.Config{OnUndeclaredBreak: c.Compaction.OnUndeclaredBreak,
+		MaskSummaries: c.GRPO.SummaryCredit == "masked"}
 }
 
-// AdvantageConfig maps grpo.estimator and grpo.credit.
+// DemoSegmentConfig is the warm start's segment building: demonstrations
+// are supervised whole, their summaries included, whatever
+// grpo.summary_credit says (masking is a rule of RL credit; a warm start
+// that skipped the summaries would leave a policy that cannot write one).
+func (c *Config) DemoSegmentConfig() segment.Config {
+	sc := c.SegmentConfig()
+	sc.MaskSummaries = false
+	return sc
+}
+
+// AdvantageConfig maps grpo.estimator, grpo.credit and grpo.summary_credit
+// (masked is segment building's; summary tokens then have no credit to
+// get).
 func (c *Config) AdvantageConfig() advantage.Config {
-	return advantage.Config{Estimator: c.GRPO.Estimator, Credit: c.GRPO.Credit}
+	sc := advantage.SummaryLikeRest
+	if c.GRPO.SummaryCredit == "separate" {
+		sc = advantage.SummarySeparate
+	}
+	return advantage.Config{Estimator: c.GRPO.Estimator, Credit: c.GRPO.Credit, SummaryCredit: sc}
 }
 
 // EnvParamsJSON is env.params as JSON (nil when empty), as every

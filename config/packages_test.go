@@ -25,8 +25,29 @@ func TestPackageConfigs(t *testing.T) {
 	if got := c.SegmentConfig(); got != (segment.Config{OnUndeclaredBreak: "error"}) {
 		t.Errorf("SegmentConfig() = %+v", got)
 	}
-	if got := c.AdvantageConfig(); got != (advantage.Config{Estimator: "rloo", Credit: "broadcast"}) {
+	if got := c.AdvantageConfig(); got != (advantage.Config{Estimator: "rloo", Credit: "broadcast", SummaryCredit: advantage.SummaryLikeRest}) {
 		t.Errorf("AdvantageConfig() = %+v", got)
+	}
+	// grpo.summary_credit: masked is segment building's mask, separate the
+	// advantage package's scale.
+	for _, tc := range []struct {
+		value string
+		mask  bool
+		rule  string
+	}{{"rollout", false, advantage.SummaryLikeRest}, {"masked", true, advantage.SummaryLikeRest}, {"separate", false, advantage.SummarySeparate}} {
+		if err := c.ApplyOverrides([]string{"grpo.summary_credit=" + tc.value}); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.SegmentConfig().MaskSummaries; got != tc.mask {
+			t.Errorf("summary_credit %s: MaskSummaries = %v, want %v", tc.value, got, tc.mask)
+		}
+		if got := c.AdvantageConfig().SummaryCredit; got != tc.rule {
+			t.Errorf("summary_credit %s: SummaryCredit = %q, want %q", tc.value, got, tc.rule)
+		}
+		// The warm start trains summaries whatever the RL rule.
+		if d := c.DemoSegmentConfig(); d.MaskSummaries || d.OnUndeclaredBreak != "error" {
+			t.Errorf("summary_credit %s: DemoSegmentConfig() = %+v", tc.value, d)
+		}
 	}
 	c.Compaction.Enabled = false
 	if got := c.CompactionConfig(); got != (compaction.Config{}) {

@@ -1,6 +1,6 @@
 // Package env defines the Environment an agent acts in, a registry of
 // environments by name, task generation for datasets, and the built-in
-// environments ("ledger", "guess"). HTTP environments live in env/httpenv.
+// environments ("ledger", "guess", "recall"). HTTP environments live in env/httpenv.
 //
 // An environment is deterministic given its task and seed: the rollout loop
 // relies on that to resume an episode by replaying logged actions when the
@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // Task is one dataset row for an environment. It is JSON-serialisable so a
@@ -76,6 +78,12 @@ type Definition struct {
 	// Task returns task number index of the dataset drawn from seed; nil
 	// when the environment has no task generator.
 	Task func(params json.RawMessage, seed uint64, index int) (Task, error)
+	// Oracle, when set, returns the scripted agent that writes the warm
+	// start's demonstrations for params: it answers a conversation (the
+	// generation prompt's empty assistant turn last) with the text of the
+	// next reply, and a user message equal to summaryRequest (when not
+	// empty) with a summary.
+	Oracle func(params json.RawMessage, summaryRequest string) (func([]tokenizer.Message) (string, error), error)
 }
 
 // Registry maps names to environment definitions. It is safe for
@@ -91,7 +99,7 @@ func NewRegistry() *Registry { return &Registry{defs: map[string]Definition{}} }
 // Builtin returns a new registry holding the built-in environments.
 func Builtin() *Registry {
 	r := NewRegistry()
-	for _, d := range []Definition{LedgerDefinition(), GuessDefinition()} {
+	for _, d := range []Definition{LedgerDefinition(), GuessDefinition(), RecallDefinition()} {
 		if err := r.Register(d); err != nil {
 			panic(err) // built-in names are distinct; this is a programming error
 		}

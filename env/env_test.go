@@ -15,7 +15,7 @@ import (
 
 func TestRegistry(t *testing.T) {
 	r := env.Builtin()
-	if diff := cmp.Diff([]string{"guess", "ledger"}, r.Names()); diff != "" {
+	if diff := cmp.Diff([]string{"guess", "ledger", "recall"}, r.Names()); diff != "" {
 		t.Fatal(diff)
 	}
 	if _, err := r.New("nope", nil); !errors.Is(err, env.ErrUnknown) {

@@ -1,5 +1,6 @@
 // Package examples ships the example run configurations; the default one
-// is embedded so that `longhaul train` runs without any file.
+// is embedded so that `longhaul train` runs without any file, and so is
+// the summary study's (`longhaul bench summaries`).
 package examples
 
 import _ "embed"
@@ -12,3 +13,9 @@ var Default []byte
 
 // DefaultName names Default in error messages.
 const DefaultName = "examples/ledger.yaml"
+
+// Recall is examples/recall.yaml, the base config of `longhaul bench
+// summaries`. Treat it as read-only.
+//
+//go:embed recall.yaml
+var Recall []byte

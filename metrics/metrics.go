@@ -70,4 +70,7 @@ type Step struct {
 	RatioP50          float64 `json:"ratio_p50"`
 	RatioP95          float64 `json:"ratio_p95"`
 	RatioMax          float64 `json:"ratio_max"`
+	// Rebuilt marks a row computed again from the run log after the
+	// file lost it: the figures only the trainer or the clock knew are zero.
+	Rebuilt bool `json:"rebuilt,omitempty"`
 }

@@ -210,6 +210,9 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := recordConfig(ctx, fs, rl, dir, cfg, changes, log); err != nil {
 		return err
 	}
+	if err := fillMetrics(c, mw, log); err != nil {
+		return err
+	}
 	if opts.Observe != nil {
 		opts.Observe.Live(func() float64 { return float64(c.InFlight()) }, parts.queues)
 	}

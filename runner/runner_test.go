@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/longhaul-rl/longhaul/metrics"
@@ -86,6 +87,90 @@ func TestResumeOverDamagedMetrics(t *testing.T) {
 	if aside, err := os.ReadFile(path + ".damaged"); err != nil || string(aside) != damaged {
 		t.Fatalf("the damaged file was not kept aside: %v", err)
 	}
+}
+
+// TestMetricsRowsRebuiltFromLog: a row lost from metrics.jsonl (its line
+// damaged, or the file removed) is computed again from the run log at the
+// next start: every figure the log determines equals the row the step
+// first wrote; only the trainer's figures and the timings, which the log
+// does not hold, are zero, and the row says so.
+func TestMetricsRowsRebuiltFromLog(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	cfg := tiny(t, "run.max_steps=3")
+	if err := Train(ctx, cfg, Options{RunDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, MetricsFile)
+	orig, err := metrics.Read(path)
+	if err != nil || len(orig) != 3 {
+		t.Fatalf("metrics of the first run: %d rows, %v", len(orig), err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[1] = "{\"step\": 2, garbage\n" // step 2's row, damaged
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Train(ctx, cfg, Options{RunDir: dir}); err != nil {
+		t.Fatalf("resume over a damaged row: %v", err)
+	}
+	got, err := metrics.Read(path)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("metrics after the resume: %d rows, %v; want 3", len(got), err)
+	}
+	if got[0].Rebuilt || got[2].Rebuilt || !got[1].Rebuilt || got[1].Step != 2 {
+		t.Fatalf("rows after the resume: %+v; want step 2 rebuilt, 1 and 3 as written", got)
+	}
+	// Figures only the trainer or the clock knew.
+	notInLog := map[string]bool{"loss": true, "grad_norm": true, "lr": true, "clip_frac": true,
+		"entropy": true, "kl_sampler": true, "kl_ref": true, "clip_low_frac": true, "clip_high_frac": true,
+		"logprob_abs_diff": true, "ratio_p05": true, "ratio_p50": true, "ratio_p95": true, "ratio_max": true,
+		"gen_s": true, "gen_cpu_s": true, "train_s": true, "step_s": true, "elapsed_s": true,
+		"gen_tokens_per_s": true, "late_results": true, "regenerated": true, "rebuilt": true}
+	want, have := asMap(t, orig[1]), asMap(t, got[1])
+	same := 0
+	for k, v := range want {
+		switch {
+		case notInLog[k]:
+			if have[k] != nil && have[k] != float64(0) && have[k] != true {
+				t.Errorf("rebuilt row: %s = %v; the log does not hold it, want zero", k, have[k])
+			}
+		case have[k] != v:
+			t.Errorf("rebuilt row: %s = %v, the step wrote %v", k, have[k], v)
+		default:
+			same++
+		}
+	}
+	if same < 10 {
+		t.Fatalf("only %d fields of the rebuilt row compared equal: %v", same, have)
+	}
+	// The whole file removed: every row comes back.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := Train(ctx, cfg, Options{RunDir: dir}); err != nil {
+		t.Fatalf("resume without metrics.jsonl: %v", err)
+	}
+	if got, err := metrics.Read(path); err != nil || len(got) != 3 || got[0].RewardMean != orig[0].RewardMean || got[2].SuccessRate != orig[2].SuccessRate {
+		t.Fatalf("metrics rebuilt from nothing: %+v, %v", got, err)
+	}
+}
+
+func asMap(t *testing.T, s metrics.Step) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // TestTrainTakesTheRunLock: Train holds the run directory's lock for the

@@ -50,10 +50,10 @@ func oracleGen(ch *demoChat, oracle textOracle) gen.Generator {
 	return &chatOracle{tok: ch.chat.Tokenizer(), reply: oracle}
 }
 
-// segConfig is the segment config with ch's tokenizer (nil ch: the
+// segConfig is the warm start's segment config (DemoSegmentConfig) with ch's tokenizer (nil ch: the
 // default chat's) for its break diagnostics.
 func (ch *demoChat) segConfig(cfg *config.Config) segment.Config {
-	sc := cfg.SegmentConfig()
+	sc := cfg.DemoSegmentConfig()
 	if ch != nil {
 		sc.Tokenizer = ch.chat.Tokenizer()
 	} else {
@@ -88,10 +88,6 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 	if cfg.Warmstart.Data != "" {
 		return fileDemos(ctx, cfg, reg, n, ch)
 	}
-	mk, ok := oracles[cfg.Env.Name]
-	if !ok {
-		return nil, fmt.Errorf("warmstart: environment %q has no demonstration oracle; set warmstart.data to a demonstrations file or warmstart.enabled: false", cfg.Env.Name)
-	}
 	params, err := cfg.EnvParamsJSON()
 	if err != nil {
 		return nil, err
@@ -109,7 +105,17 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 	if s, ok := policy.(compaction.Summarizer); ok {
 		summary = s.SummaryRequest()
 	}
-	oracle := oracleGen(ch, mk(summary))
+	var reply textOracle
+	if mk, ok := oracles[cfg.Env.Name]; ok {
+		reply = mk(summary)
+	} else if def, err := env.Builtin().Lookup(cfg.Env.Name); err == nil && def.Oracle != nil {
+		if reply, err = def.Oracle(params, summary); err != nil {
+			return nil, fmt.Errorf("warmstart: env.params: %w", err)
+		}
+	} else {
+		return nil, fmt.Errorf("warmstart: environment %q has no demonstration oracle; set warmstart.data to a demonstrations file or warmstart.enabled: false", cfg.Env.Name)
+	}
+	oracle := oracleGen(ch, reply)
 	seed := rng.Derive(cfg.Run.Seed, "warmstart")
 	var rows []train.Row
 	for i := 0; len(rows) < n; i++ {

@@ -40,6 +40,13 @@ type Config struct {
 	// Tokenizer renders those tokens as text in the error (the run's
 	// tokenizer); nil shows their ids.
 	Tokenizer lhtok.Tokenizer `json:"-"`
+	// MaskSummaries takes the tokens of summary calls (the calls whose
+	// reply a summarizing compaction folded into the context) out of the
+	// loss: mask 0, not trainable. The policy still writes the summaries
+	// and reads them, and learns everything else; the summaries stay what
+	// the weights make of them without being trained (grpo.summary_credit:
+	// masked).
+	MaskSummaries bool `json:"mask_summaries"`
 }
 
 // How a segment began.
@@ -54,6 +61,12 @@ type Span struct {
 	Start, End int // token positions [Start, End)
 	Call       uint32
 	Version    int64
+	// Summary marks a summary call: a summarizing compaction's boundary
+	// (one whose lineage folds messages into a summary) follows it.
+	Summary bool
+	// Masked marks a span out of the loss (Config.MaskSummaries): mask 0
+	// at its tokens.
+	Masked bool
 }
 
 // Segment is one training row of a rollout.
@@ -77,7 +90,23 @@ func (s *Segment) Trainable() int {
 	}
 	n := 0
 	for _, sp := range s.Spans {
-		n += sp.End - sp.Start
+		if !sp.Masked {
+			n += sp.End - sp.Start
+		}
+	}
+	return n
+}
+
+// SummaryTokens returns the number of trainable tokens of summary calls.
+func (s *Segment) SummaryTokens() int {
+	if s.Masked {
+		return 0
+	}
+	n := 0
+	for _, sp := range s.Spans {
+		if sp.Summary && !sp.Masked {
+			n += sp.End - sp.Start
+		}
 	}
 	return n
 }
@@ -120,6 +149,8 @@ type Stats struct {
 	Undeclared int // breaks split or masked by config
 	Sampled    int // sampled tokens of selected calls
 	Trainable  int
+	Summaries  int // summary calls
+	Summary    int // sampled tokens of summary calls
 }
 
 // Errors of Build; a *BreakError matches ErrUndeclaredBreak with errors.Is.
@@ -170,6 +201,7 @@ type piece struct {
 	lps     []float32 // non-nil for the sampled tokens of a selected call
 	call    uint32
 	version int64
+	summary bool // the sampled tokens of a summary call
 }
 
 type planSeg struct {
@@ -185,16 +217,17 @@ type planSeg struct {
 // Plan is the segment structure of a rollout, checked, with its tokens
 // still in the calls (no copies): what Build does before materializing.
 type Plan struct {
-	Stats  Stats
-	pieces []piece
-	segs   []planSeg
+	Stats         Stats
+	pieces        []piece
+	segs          []planSeg
+	maskSummaries bool
 }
 
 // MakePlan checks the calls' prefix continuity against the declared
 // boundaries and lays out the segments without copying tokens. The plan
 // refers to the calls' slices; do not modify them before Materialize.
 func MakePlan(calls []runlog.CallFinished, boundaries []runlog.Compaction, cfg Config) (Plan, error) {
-	var pl Plan
+	pl := Plan{maskSummaries: cfg.MaskSummaries}
 	st := &pl.Stats
 	st.Calls = len(calls)
 	mode := cfg.OnUndeclaredBreak
@@ -269,15 +302,38 @@ func MakePlan(calls []runlog.CallFinished, boundaries []runlog.Compaction, cfg C
 			}
 		}
 		cur := &pl.segs[len(pl.segs)-1]
-		pl.add(piece{toks: c.Sampled, lps: c.Logprobs, call: c.Call, version: c.Version})
+		summary := summarizes(boundaries[bi:], c.Call)
+		pl.add(piece{toks: c.Sampled, lps: c.Logprobs, call: c.Call, version: c.Version, summary: summary})
 		cur.last = c.Call
 		st.Sampled += len(c.Sampled)
-		if !cur.masked {
+		if summary {
+			st.Summaries++
+			st.Summary += len(c.Sampled)
+		}
+		if !cur.masked && !(summary && cfg.MaskSummaries) {
 			st.Trainable += len(c.Sampled)
 		}
 	}
 	st.Segments = len(pl.segs)
 	return pl, nil
+}
+
+// summarizes reports whether a summarizing boundary follows call: one
+// with AfterCall == call whose lineage folds messages into a summary (the
+// summary call is the last call before its boundary). bs is sorted by
+// AfterCall and starts after the boundaries of earlier calls.
+func summarizes(bs []runlog.Compaction, call uint32) bool {
+	for _, b := range bs {
+		if b.AfterCall != call {
+			return false
+		}
+		for _, ln := range b.Lineage {
+			if ln.Op == runlog.OpSummarized {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // add appends a piece to the open segment.
@@ -378,13 +434,15 @@ func (pl *Plan) Materialize() []Segment {
 			copy(toks[off:], pc.toks)
 			if pc.lps != nil {
 				copy(lps[off:], pc.lps)
-				if !s.masked {
+				out := pc.summary && pl.maskSummaries
+				if !s.masked && !out {
 					m := mask[off : off+len(pc.toks)]
 					for i := range m {
 						m[i] = 1
 					}
 				}
-				spans = append(spans, Span{Start: off - base, End: off - base + len(pc.toks), Call: pc.call, Version: pc.version})
+				spans = append(spans, Span{Start: off - base, End: off - base + len(pc.toks), Call: pc.call, Version: pc.version,
+					Summary: pc.summary, Masked: out})
 			}
 			off += len(pc.toks)
 		}

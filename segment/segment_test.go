@@ -30,7 +30,7 @@ type callSpec struct {
 }
 
 // toks renders a compact notation: '^' BOS, 'U' user, 'A' assistant,
-// '.' end, other bytes as themselves.
+// 'S' summary, '.' end, other bytes as themselves.
 func toks(s string) []int32 {
 	out := make([]int32, 0, len(s))
 	for i := 0; i < len(s); i++ {
@@ -41,6 +41,8 @@ func toks(s string) []int32 {
 			out = append(out, bytetok.User)
 		case 'A':
 			out = append(out, bytetok.Assistant)
+		case 'S':
+			out = append(out, bytetok.Summary)
 		case '.':
 			out = append(out, bytetok.End)
 		default:

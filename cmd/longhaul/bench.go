@@ -15,6 +15,7 @@ func newBenchCmd() *cobra.Command {
 	cmd.AddCommand(newBenchCrashCmd())
 	cmd.AddCommand(newBenchKernelsCmd())
 	cmd.AddCommand(newBenchModelCmd())
+	cmd.AddCommand(newBenchSummariesCmd())
 	return cmd
 }
 

@@ -17,6 +17,18 @@ import (
 // clean stop hangs (a remote server that never answers, say): it waits for
 // the first signal's cancel, then never returns.
 func TestMain(m *testing.M) {
+	if os.Getenv(fakeTrainEnv) == "1" {
+		fakeTrain(os.Args[1:])
+		os.Exit(0)
+	}
+	if os.Getenv(cliChildEnv) == "1" {
+		// The test binary plays longhaul itself (bench summaries' runs).
+		if err := newRootCmd().Execute(); err != nil {
+			fmt.Fprintln(os.Stderr, "longhaul:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv("LONGHAUL_SIGNAL_CHILD") == "1" {
 		ctx, stop := interruptContext(context.Background(), os.Stderr)
 		defer stop()

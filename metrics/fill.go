@@ -1,0 +1,85 @@
+package metrics
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// Missing returns the steps of trained that the file holds no row for, in
+// order.
+func (w *Writer) Missing(trained []int64) []int64 {
+	var out []int64
+	for _, k := range trained {
+		if !slices.ContainsFunc(w.rows, func(r rowPos) bool { return r.step == k }) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Fill puts rows for steps the file lacks in their place among the rows
+// it holds (a step it holds is left as it is): the file is written anew
+// beside the old one, synced, and renamed over it, so a crash leaves one
+// of the two whole.
+func (w *Writer) Fill(rows []Step) error {
+	path := w.f.Name()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	var lines [][]byte
+	var steps []int64
+	for i, r := range w.rows {
+		end := w.end
+		if i+1 < len(w.rows) {
+			end = w.rows[i+1].off
+		}
+		lines, steps = append(lines, b[r.off:end]), append(steps, r.step)
+	}
+	for _, s := range rows {
+		i, found := slices.BinarySearch(steps, s.Step)
+		if found {
+			continue
+		}
+		line, err := json.Marshal(s)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		lines = slices.Insert(lines, i, append(line, '\n'))
+		steps = slices.Insert(steps, i, s.Step)
+	}
+	var out []byte
+	for _, l := range lines {
+		out = append(out, l...)
+	}
+	if err := replaceFile(path, out); err != nil {
+		return err
+	}
+	nw, err := open(path)
+	if err != nil {
+		return err
+	}
+	w.f.Close()
+	w.f, w.rows, w.end = nw.f, nw.rows, nw.end
+	return nil
+}
+
+// replaceFile writes b to path through a synced temporary file and a
+// rename, then syncs the directory.
+func replaceFile(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := writeSynced(tmp, b); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
