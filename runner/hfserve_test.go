@@ -26,7 +26,7 @@ func TestHFServeTokenIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := HFBackend(ctx, dir)
+	be, err := HFBackend(ctx, dir, HFServeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,9 @@ func EmbeddedBackendLimited(ctx context.Context, cfg *config.Config, weights str
 	}
 	m.SetPrefixCache(PrefixCacheBytes(cfg))
 	eg := gembedded.New(m, version)
+	txt := server.ByteText()
 	return server.Backend{
+		Text:        &txt,
 		Gen:         gen.NewBatcher(ctx, eg, 64, 2*time.Millisecond),
 		Loader:      newReloader(eg, maxWeights, PrefixCacheBytes(cfg)),
 		Scorer:      eg,

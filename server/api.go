@@ -7,8 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+	"strings"
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
@@ -38,6 +37,16 @@ type sampling struct {
 	Stream                 bool            `json:"stream"`
 	ReturnTokenIDs         bool            `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
+	SkipSpecialTokens      *bool           `json:"skip_special_tokens"`
+}
+
+// Defaults are a model's sampling defaults (generation_config.json), used
+// where a request leaves the field out, as vLLM uses them.
+type Defaults struct {
+	Temperature *float64
+	TopP        *float64
+	TopK        *int
+	MaxTokens   *int // max_new_tokens
 }
 
 // params is a validated sampling.
@@ -48,45 +57,63 @@ type params struct {
 	topK        int
 	n           int
 	seed        *int64
-	stopStrings []string // multi-byte stops, cut after generation
-	stopIDs     []int32  // token stops, enforced by the generator
-	userStops   []int32  // stop_token_ids as sent: vLLM's stop_reason names these, not EOS
+	stopStrings []string         // cut from the text after generation
+	stopIDs     []int32          // token stops, enforced by the generator
+	userStops   []int32          // stop_token_ids as sent: vLLM's stop_reason names these, not EOS
+	byteStops   map[int32]string // one-byte stop strings the generator stops on (vocab.oneByte)
 	asIDs       bool
-	topN        int // alternatives listed per sampled token (top_logprobs; 0: none)
-	promptN     int // prompt_logprobs alternatives; -1: no prompt_logprobs
+	skipSpecial bool // special tokens left out of the text (vLLM's default)
+	topN        int  // alternatives listed per sampled token (top_logprobs; 0: none)
+	promptN     int  // prompt_logprobs alternatives; -1: no prompt_logprobs
 }
 
-func (s *Server) validate(sp *sampling, defMax int, extraStops ...int32) (params, error) {
-	p := params{maxTokens: defMax, temperature: 1, topP: 1, n: 1, seed: sp.Seed, asIDs: sp.ReturnTokensAsTokenIDs, promptN: -1}
+// validate checks sp; defMax is the route's default max_tokens (a model
+// default from generation_config.json takes its place), chat says whether
+// the sample is an assistant turn (the template's TurnEnd stops it).
+func (s *Server) validate(sp *sampling, defMax int, chat bool) (params, error) {
+	p := params{maxTokens: defMax, temperature: 1, topP: 1, n: 1, seed: sp.Seed, asIDs: sp.ReturnTokensAsTokenIDs, promptN: -1, skipSpecial: true}
 	if err := s.checkModel(sp.Model); err != nil {
 		return p, err
 	}
 	if sp.Stream {
 		return p, badParam("stream", "Streaming is not supported by this server.")
 	}
+	d := s.be.Defaults
 	if sp.MaxTokens != nil {
 		p.maxTokens = *sp.MaxTokens
+	} else if d.MaxTokens != nil {
+		p.maxTokens = min(*d.MaxTokens, max(defMax, 1))
 	}
 	if p.maxTokens < 1 {
 		return p, badParam("max_tokens", "max_tokens must be at least 1, got %d.", p.maxTokens)
 	}
-	if sp.Temperature != nil {
-		if *sp.Temperature < 0 {
-			return p, badParam("temperature", "temperature must be non-negative, got %g.", *sp.Temperature)
-		}
-		p.temperature = float32(*sp.Temperature)
+	temp, topP, topK := sp.Temperature, sp.TopP, sp.TopK
+	if temp == nil {
+		temp = d.Temperature
 	}
-	if sp.TopP != nil {
-		if *sp.TopP <= 0 || *sp.TopP > 1 {
-			return p, badParam("top_p", "top_p must be in (0, 1], got %g.", *sp.TopP)
-		}
-		p.topP = float32(*sp.TopP)
+	if topP == nil {
+		topP = d.TopP
 	}
-	if sp.TopK != nil {
-		if *sp.TopK < -1 {
-			return p, badParam("top_k", "top_k must be -1, 0 or positive, got %d.", *sp.TopK)
+	if topK == nil {
+		topK = d.TopK
+	}
+	if temp != nil {
+		if *temp < 0 {
+			return p, badParam("temperature", "temperature must be non-negative, got %g.", *temp)
 		}
-		p.topK = max(*sp.TopK, 0) // vLLM's -1 and our 0 both mean off
+		p.temperature = float32(*temp)
+	}
+	if topP != nil {
+		if *topP <= 0 || *topP > 1 {
+			return p, badParam("top_p", "top_p must be in (0, 1], got %g.", *topP)
+		}
+		p.topP = float32(*topP)
+	}
+	if topK != nil {
+		if *topK < -1 {
+			return p, badParam("top_k", "top_k must be -1, 0 or positive, got %d.", *topK)
+		}
+		p.topK = max(*topK, 0) // vLLM's -1 and our 0 both mean off
 	}
 	if sp.N != nil {
 		p.n = *sp.N
@@ -94,38 +121,58 @@ func (s *Server) validate(sp *sampling, defMax int, extraStops ...int32) (params
 	if p.n < 1 || p.n > s.opts.MaxN {
 		return p, badParam("n", "n must be in [1, %d], got %d.", s.opts.MaxN, p.n)
 	}
-	stops, err := parseStop(sp.Stop)
-	if err != nil {
+	if sp.SkipSpecialTokens != nil {
+		p.skipSpecial = *sp.SkipSpecialTokens
+	}
+	if err := s.stops(sp, &p, chat); err != nil {
 		return p, err
 	}
+	return p, nil
+}
+
+// stops sets p's stop strings and stop tokens.
+func (s *Server) stops(sp *sampling, p *params, chat bool) error {
+	stops, err := parseStop(sp.Stop)
+	if err != nil {
+		return err
+	}
+	if len(stops) > 0 && s.txt == nil {
+		return badParam("stop", "stop strings need a tokenizer, which this model is served without; use stop_token_ids.")
+	}
 	for _, st := range stops {
-		// A one-byte stop is one token: the generator can stop on it
-		// directly instead of overrunning and being cut.
-		if len(st) == 1 && s.be.TokenIDs == nil {
-			p.stopIDs = append(p.stopIDs, int32(st[0]))
+		// Where every token is one byte, a one-byte stop is one token:
+		// the generator stops on it instead of overrunning and being cut.
+		if ids := s.txt.Tok.Encode(st); len(st) == 1 && s.txt.oneByte && len(ids) == 1 {
+			p.stopIDs = append(p.stopIDs, ids[0])
+			if p.byteStops == nil {
+				p.byteStops = map[int32]string{}
+			}
+			p.byteStops[ids[0]] = st
 		}
 		p.stopStrings = append(p.stopStrings, st)
-	}
-	if ti := s.be.TokenIDs; ti != nil && len(p.stopStrings) > 0 {
-		return p, badParam("stop", "stop strings need a tokenizer, which this model is served without; use stop_token_ids.")
 	}
 	vocab := s.vocabSize()
 	for _, id := range sp.StopTokenIDs {
 		if id < 0 || id >= int32(vocab) {
-			return p, badParam("stop_token_ids", "token id %d is out of range [0, %d).", id, vocab)
+			return badParam("stop_token_ids", "token id %d is out of range [0, %d).", id, vocab)
 		}
 	}
 	p.stopIDs = append(p.stopIDs, sp.StopTokenIDs...)
 	p.userStops = sp.StopTokenIDs
-	p.stopIDs = append(p.stopIDs, extraStops...)
-	if !sp.IgnoreEOS { // vLLM stops at EOS unless ignore_eos
-		if ti := s.be.TokenIDs; ti != nil {
-			p.stopIDs = append(p.stopIDs, ti.Stop...)
-		} else {
-			p.stopIDs = append(p.stopIDs, bytetok.EOS)
+	switch {
+	case s.txt == nil:
+		if !sp.IgnoreEOS {
+			p.stopIDs = append(p.stopIDs, s.be.TokenIDs.Stop...)
+		}
+	default:
+		if chat {
+			p.stopIDs = append(p.stopIDs, s.txt.TurnEnd...)
+		}
+		if !sp.IgnoreEOS { // vLLM stops at EOS unless ignore_eos
+			p.stopIDs = append(p.stopIDs, s.txt.EOS...)
 		}
 	}
-	return p, nil
+	return nil
 }
 
 func parseStop(raw json.RawMessage) ([]string, error) {
@@ -158,42 +205,39 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 
 // parsePrompt accepts the four OpenAI prompt forms: a string, an array of
 // strings, an array of token ids, an array of token-id arrays. Ids must be
-// below vocab; text needs the byte tokenizer (ti == nil).
-func parsePrompt(raw json.RawMessage, bos bool, vocab int, ti *TokenIDs) ([][]int32, error) {
+// below the vocabulary; text needs a tokenizer and is encoded with the
+// post-processor's special tokens when addSpecial.
+func (s *Server) parsePrompt(raw json.RawMessage, addSpecial bool) ([][]int32, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, badParam("prompt", "prompt is required.")
 	}
-	text := func(s string) []int32 {
-		var out []int32
-		if bos {
-			out = append(out, bytetok.BOS)
-		}
-		return bytetok.AppendEncode(out, s)
-	}
 	var one string
 	var strs []string
-	isText := json.Unmarshal(raw, &one) == nil || (json.Unmarshal(raw, &strs) == nil && len(strs) > 0)
-	if isText && ti != nil {
-		return nil, errNoTokenizer("prompt")
+	switch {
+	case json.Unmarshal(raw, &one) == nil:
+		strs = []string{one}
+	case json.Unmarshal(raw, &strs) == nil && len(strs) > 0:
+	default:
+		strs = nil
 	}
-	if json.Unmarshal(raw, &one) == nil {
-		return [][]int32{text(one)}, nil
-	}
-	if json.Unmarshal(raw, &strs) == nil && len(strs) > 0 {
-		out := make([][]int32, len(strs))
-		for i, s := range strs {
-			out[i] = text(s)
+	if strs != nil {
+		if s.txt == nil {
+			return nil, errNoTokenizer("prompt")
 		}
-		return out, nil
+		out := make([][]int32, len(strs))
+		for i, str := range strs {
+			out[i] = s.txt.encode(str, addSpecial)
+		}
+		return checkPrompts(out, s.vocabSize())
 	}
 	var ids []int32
 	if json.Unmarshal(raw, &ids) == nil {
-		return checkPrompts([][]int32{ids}, vocab)
+		return checkPrompts([][]int32{ids}, s.vocabSize())
 	}
 	var batch [][]int32
 	if json.Unmarshal(raw, &batch) == nil {
-		return checkPrompts(batch, vocab)
+		return checkPrompts(batch, s.vocabSize())
 	}
 	return nil, badParam("prompt", "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays.")
 }
@@ -218,25 +262,33 @@ func checkPrompts(ps [][]int32, vocab int) ([][]int32, error) {
 // errNoTokenizer answers a text input to a model served without its
 // tokenizer (Backend.TokenIDs).
 func errNoTokenizer(field string) error {
-	return badParam(field, "this model is served without a tokenizer: only token-id prompts are accepted (text, chat and /tokenize need one).")
+	return badParam(field, "this model is served without a tokenizer (its directory has no tokenizer.json): only token-id prompts are accepted (text, chat and /tokenize need one).")
 }
 
-// vocabSize is the served model's vocabulary: the byte tokenizer's unless
-// the backend says otherwise.
+// vocabSize is the served model's vocabulary.
 func (s *Server) vocabSize() int {
-	if s.be.TokenIDs != nil {
+	if s.txt == nil {
 		return s.be.TokenIDs.Vocab
 	}
-	return bytetok.VocabSize
+	return s.txt.size()
 }
 
-// choice is one sampled completion after stop-string cutting.
+// choice is one sampled completion after stop handling.
 type choice struct {
 	prompt   int // index of its prompt
 	tokens   []int32
 	logprobs []float32
-	text     string
-	finish   string
+	// text is the reply's text: special tokens left out when
+	// skip_special_tokens, without the stop string or stop token that
+	// ended it; ends[k] is the length of the text token k reaches (its
+	// bytes, before the text is made valid UTF-8), for streaming.
+	text string
+	ends []int
+	// raw is the text with special tokens, without the stop token or
+	// string that ended it: what a tool parser reads; rawEnds as ends.
+	raw     string
+	rawEnds []int
+	finish  string
 	// stopReason is vLLM's stop_reason: the stop string or the
 	// stop_token_ids entry that ended the sample; nil for EOS, the end of
 	// a chat turn, or length.
@@ -265,19 +317,6 @@ func (s *Server) withLogprobs(p *params, topN int, field string, promptN *int) e
 		return badParam("prompt_logprobs", "prompt_logprobs needs the model's full distribution, which this backend does not give.")
 	}
 	p.promptN = *promptN
-	return nil
-}
-
-// stopReason names what ended a generator-stopped sample: a
-// stop_token_ids entry (vLLM reports the id), else nil (EOS, end of turn).
-func stopReason(c choice, p params) any {
-	if c.finish != "stop" || c.stopReason != nil || len(c.tokens) == 0 {
-		return c.stopReason
-	}
-	last := c.tokens[len(c.tokens)-1]
-	if slices.Contains(p.userStops, last) {
-		return last
-	}
 	return nil
 }
 
@@ -334,11 +373,7 @@ func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice,
 			if len(rs.Logprobs) != len(rs.Tokens) {
 				return fmt.Errorf("generate: result %d has %d tokens and %d logprobs", i, len(rs.Tokens), len(rs.Logprobs))
 			}
-			out[i] = cutStops(rs, p.stopStrings)
-			out[i].stopReason = stopReason(out[i], p)
-			if s.be.TokenIDs != nil {
-				out[i].text = "" // no tokenizer to write text with
-			}
+			out[i] = s.finish(rs, p)
 			out[i].prompt = i / p.n
 		}
 		var err error
@@ -355,49 +390,108 @@ func (s *Server) sample(r *http.Request, prompts [][]int32, p params) ([]choice,
 	return out, promptLPs, v, nil
 }
 
-// cutStops ends a sample at the first completed stop string: the tokens
-// keep the one that completed it (they are what was sampled, which RL must
-// see), the text drops the stop string (OpenAI's contract).
-func cutStops(rs gen.Result, stops []string) choice {
+// finish ends a sample as vLLM does: at the first stop string completed in
+// its text (the tokens keep the one that completed it: they are what was
+// sampled, which RL must see; the text drops the stop string), and
+// without the text of the stop token that ended it.
+func (s *Server) finish(rs gen.Result, p params) choice {
 	c := choice{tokens: rs.Tokens, logprobs: rs.Logprobs, finish: rs.Finish}
 	if c.finish == "" {
 		c.finish = "length"
 	}
-	var buf []byte
-	for i, t := range rs.Tokens {
-		if t < 0 || t >= 256 {
+	if s.txt == nil {
+		// No tokenizer to write text with.
+		c.ends, c.rawEnds = make([]int, len(c.tokens)), make([]int, len(c.tokens))
+		c.stopReason = stopReason(c, p)
+		return c
+	}
+	var text, raw strings.Builder
+	c.ends, c.rawEnds = make([]int, len(rs.Tokens)), make([]int, len(rs.Tokens))
+	for k, t := range rs.Tokens {
+		stopTok := k == len(rs.Tokens)-1 && c.finish == "stop"
+		if !stopTok {
+			text.WriteString(s.txt.bytesOf(t, p.skipSpecial))
+			raw.WriteString(s.txt.bytesOf(t, false))
+		}
+		c.ends[k], c.rawEnds[k] = text.Len(), raw.Len()
+		if len(p.stopStrings) == 0 {
 			continue
 		}
-		buf = append(buf, byte(t))
-		for _, st := range stops {
-			if bytes.HasSuffix(buf, []byte(st)) {
-				c.tokens, c.logprobs = rs.Tokens[:i+1], rs.Logprobs[:i+1]
-				c.text, c.finish, c.stopReason = string(buf[:len(buf)-len(st)]), "stop", st
-				return c
+		// The stop may end anywhere in this token's bytes: look from where
+		// a stop ending in them could start.
+		from := 0
+		if k > 0 {
+			from = c.ends[k-1]
+		}
+		if at, st, ok := firstStop(text.String(), from, p.stopStrings); ok {
+			c.tokens, c.logprobs = rs.Tokens[:k+1], rs.Logprobs[:k+1]
+			c.text, c.finish, c.stopReason = validUTF8(text.String()[:at]), "stop", st
+			c.ends = clampEnds(c.ends[:k+1], at)
+			// The raw text drops the same bytes (a special token inside the
+			// stop string itself, skipped from the text, would stay).
+			rawAt := raw.Len() - (text.Len() - at)
+			c.raw, c.rawEnds = validUTF8(raw.String()[:max(rawAt, 0)]), clampEnds(c.rawEnds[:k+1], max(rawAt, 0))
+			return c
+		}
+	}
+	c.text, c.raw = validUTF8(text.String()), validUTF8(raw.String())
+	c.stopReason = stopReason(c, p)
+	return c
+}
+
+// firstStop finds the stop string that ends earliest in text among those
+// that end after byte from.
+func firstStop(text string, from int, stops []string) (at int, stop string, ok bool) {
+	best := -1
+	for _, st := range stops {
+		lo := max(from-len(st)+1, 0)
+		if i := strings.Index(text[lo:], st); i >= 0 {
+			if end := lo + i + len(st); best < 0 || end < best {
+				best, at, stop, ok = end, lo+i, st, true
 			}
 		}
 	}
-	c.text = string(buf)
-	return c
+	return at, stop, ok
+}
+
+func clampEnds(ends []int, n int) []int {
+	for i := range ends {
+		ends[i] = min(ends[i], n)
+	}
+	return ends
+}
+
+// stopReason names what ended a generator-stopped sample: a
+// stop_token_ids entry (vLLM reports the id), else nil (EOS, end of turn).
+func stopReason(c choice, p params) any {
+	if c.finish != "stop" || len(c.tokens) == 0 {
+		return nil
+	}
+	last := c.tokens[len(c.tokens)-1]
+	if slices.Contains(p.userStops, last) {
+		return last
+	}
+	if st, ok := p.byteStops[last]; ok {
+		return st
+	}
+	return nil
 }
 
 // tokenString names one token the way logprobs report it: by id for a
 // model served without its tokenizer.
 func (s *Server) tokenString(t int32, asIDs bool) string {
-	return tokenString(t, asIDs || s.be.TokenIDs != nil)
+	if s.txt == nil {
+		return fmt.Sprintf("token_id:%d", t)
+	}
+	return s.txt.tokenString(t, asIDs)
 }
 
-func tokenString(t int32, asIDs bool) string {
-	switch {
-	case asIDs:
-		return fmt.Sprintf("token_id:%d", t)
-	case t >= 0 && t < 0x80:
-		return string(rune(t))
-	case t >= 0x80 && t < 256:
-		// A lone high byte is not UTF-8; spell it as OpenAI does.
-		return fmt.Sprintf("bytes:\\x%02x", t)
+// tokenBytes is a logprobs entry's bytes (null without a tokenizer).
+func (s *Server) tokenBytes(t int32) []int {
+	if s.txt == nil {
+		return nil
 	}
-	return bytetok.Decode([]int32{t})
+	return s.txt.tokenBytes(t)
 }
 
 type usage struct {

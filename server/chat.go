@@ -5,77 +5,37 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
-
-	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // ---- /v1/chat/completions ----
 
-// chatMessage accepts content as a string or as an array of text parts.
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
 type chatRequest struct {
 	sampling
-	Messages            []chatMessage   `json:"messages"`
+	chatInput
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	Logprobs            bool            `json:"logprobs"`
 	TopLogprobs         *int            `json:"top_logprobs"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	PromptLogprobs      *int            `json:"prompt_logprobs"`
-	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	StreamOptions       json.RawMessage `json:"stream_options"`
 }
 
-func toMessages(in []chatMessage) ([]lhtok.Message, error) {
-	if len(in) == 0 {
-		return nil, badParam("messages", "messages must not be empty.")
-	}
-	out := make([]lhtok.Message, len(in))
-	for i, m := range in {
-		role := m.Role
-		if m.Role == "developer" {
-			role = lhtok.RoleSystem // OpenAI's newer name for the system role
-		}
-		if _, err := bytetok.RoleToken(role); err != nil {
-			return nil, badParam(fmt.Sprintf("messages[%d].role", i), "unknown role %q.", m.Role)
-		}
-		text, err := contentText(m.Content)
-		if err != nil {
-			return nil, badParam(fmt.Sprintf("messages[%d].content", i), "%s", err.Error())
-		}
-		out[i] = lhtok.Message{Role: role, Content: text}
-	}
-	return out, nil
-}
-
-func contentText(raw json.RawMessage) (string, error) {
+// parseToolChoice reads tool_choice: whether the reply is parsed for tool
+// calls. "required" and a named function need constrained decoding,
+// which this server does not have.
+func parseToolChoice(raw json.RawMessage, tools bool) (bool, error) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
-	}
 	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
+	switch {
+	case len(raw) == 0 || isNull(raw):
+		return tools, nil
+	case json.Unmarshal(raw, &s) == nil && s == "auto":
+		return tools, nil
+	case s == "none":
+		return false, nil
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("content must be a string or an array of text parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type != "text" {
-			return "", fmt.Errorf("content part type %q is not supported", p.Type)
-		}
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
+	return false, badParam("tool_choice", `only "auto" and "none" are supported ("required" and a named function need constrained decoding, which this server does not do).`)
 }
 
 // chatAlt is one entry of a token's top_logprobs.
@@ -94,9 +54,22 @@ type chatLogprobs struct {
 	Content []chatTokenLogprob `json:"content"`
 }
 
+// toolCallOut is one tool call of a reply, in OpenAI's shape: arguments
+// are the JSON text the model wrote.
+type toolCallOut struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
 type chatMessageOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role             string        `json:"role"`
+	Content          *string       `json:"content"`
+	ReasoningContent *string       `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallOut `json:"tool_calls,omitempty"`
 }
 
 type chatChoice struct {
@@ -120,6 +93,58 @@ type chatResponse struct {
 	WeightVersion  int64                         `json:"weight_version"`
 }
 
+// chatOptions is what shapes a reply besides its tokens.
+type chatOptions struct {
+	parse    bool // read tool calls (tools given, tool_choice auto)
+	parallel bool // keep every call (parallel_tool_calls)
+	idPrefix string
+}
+
+// answer is a choice read as an assistant message.
+type answer struct {
+	msg    chatMessageOut
+	finish string
+	// args[i] is the text tool call i's arguments came from (for
+	// streaming), reasoning and content likewise.
+	reasoning, content string
+	calls              []toolcallText
+}
+
+type toolcallText struct{ name, args string }
+
+// answer reads c as the assistant's message: its text, or with tools the
+// parser's reading of it (reasoning, content without the calls, calls).
+func (s *Server) answer(c choice, i int, o chatOptions) answer {
+	r := answer{finish: c.finish, content: c.text}
+	r.msg.Role = "assistant"
+	if !o.parse {
+		r.msg.Content = &r.content
+		return r
+	}
+	p := s.txt.Parser.Parse(c.raw)
+	calls := p.Message.ToolCalls
+	if !o.parallel && len(calls) > 1 {
+		calls = calls[:1]
+	}
+	r.content, r.reasoning = p.Message.Content, p.Message.ReasoningContent
+	if r.reasoning != "" {
+		r.msg.ReasoningContent = &r.reasoning
+	}
+	if r.content != "" || len(calls) == 0 {
+		r.msg.Content = &r.content
+	}
+	for j, tc := range calls {
+		out := toolCallOut{ID: fmt.Sprintf("%s-%d-%d", o.idPrefix, i, j), Type: "function"}
+		out.Function.Name, out.Function.Arguments = tc.Name, string(tc.Arguments)
+		r.msg.ToolCalls = append(r.msg.ToolCalls, out)
+		r.calls = append(r.calls, toolcallText{name: tc.Name, args: string(tc.Arguments)})
+	}
+	if len(calls) > 0 && r.finish == "stop" {
+		r.finish = "tool_calls"
+	}
+	return r
+}
+
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
 	if !s.decodeStrict(w, r, &req, chatFields) {
@@ -129,18 +154,25 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.writeLoading(w)
 		return
 	}
-	if s.be.TokenIDs != nil {
+	if s.txt == nil {
 		s.writeParamError(w, errNoTokenizer("messages"))
 		return
 	}
-	msgs, err := toMessages(req.Messages)
+	tools, err := s.parseTools(req.Tools)
+	var o chatOptions
+	if err == nil {
+		o.parse, err = parseToolChoice(req.ToolChoice, tools != nil)
+	}
+	if err == nil && o.parse && s.txt.Parser == nil {
+		err = badParam("tools", "this model is served without a tool-call parser, so its tool calls cannot be read (longhaul serve --tool-parser NAME).")
+	}
+	o.parallel = req.ParallelToolCalls == nil || *req.ParallelToolCalls
+	var prompt []int32
+	if err == nil {
+		prompt, err = s.render(r.Context(), req.chatInput, tools, false)
+	}
 	if err != nil {
 		s.writeParamError(w, err)
-		return
-	}
-	prompt, err := bytetok.Render(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
-	if err != nil {
-		s.writeParamError(w, badParam("messages", "%s", err.Error()))
 		return
 	}
 	if req.MaxTokens == nil {
@@ -151,8 +183,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		def = max(ml-len(prompt), 1)
 	}
 	stream := req.Stream
-	req.Stream = false                                    // validate refuses it for the engine routes
-	p, err := s.validate(&req.sampling, def, bytetok.End) // the assistant's turn ends at End
+	req.Stream = false // validate refuses it for the engine routes
+	p, err := s.validate(&req.sampling, def, true)
 	if err == nil && deref(req.TopLogprobs) > 0 && !req.Logprobs {
 		err = badParam("top_logprobs", "top_logprobs needs logprobs: true.")
 	}
@@ -175,11 +207,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := chatResponse{ID: s.newID("chatcmpl"), Object: "chat.completion", Created: s.opts.Now().Unix(),
 		Model: s.be.Model, Usage: makeUsage(prompts, cs), WeightVersion: v}
+	o.idPrefix = "call-" + resp.ID[len("chatcmpl-"):]
 	if req.ReturnTokenIDs {
 		resp.PromptTokenIDs = prompt
 	}
+	replies := make([]answer, len(cs))
+	for i, c := range cs {
+		replies[i] = s.answer(c, i, o)
+	}
 	if stream {
-		s.streamChat(w, resp, req, p, cs, so)
+		s.streamChat(w, resp, req, p, cs, replies, so)
 		return
 	}
 	if promptLPs != nil {
@@ -187,8 +224,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	resp.Choices = make([]chatChoice, len(cs))
 	for i, c := range cs {
-		ch := chatChoice{Index: i, FinishReason: c.finish, StopReason: c.stopReason,
-			Message: chatMessageOut{Role: "assistant", Content: c.text}}
+		ch := chatChoice{Index: i, FinishReason: replies[i].finish, StopReason: c.stopReason, Message: replies[i].msg}
 		if req.ReturnTokenIDs {
 			ch.TokenIDs = nonNil(c.tokens)
 		}
@@ -204,11 +240,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) chatAlt(t int32, lp float32, asIDs bool) chatAlt {
-	a := chatAlt{Token: s.tokenString(t, asIDs), Logprob: lp}
-	if t >= 0 && t < 256 {
-		a.Bytes = []int{int(t)}
-	}
-	return a
+	return chatAlt{Token: s.tokenString(t, asIDs), Logprob: lp, Bytes: s.tokenBytes(t)}
 }
 
 // chatLogprob is the logprobs entry of token k of c, with its
@@ -221,73 +253,4 @@ func (s *Server) chatLogprob(c choice, k int, p params) chatTokenLogprob {
 		}
 	}
 	return e
-}
-
-// chatDelta is a chunk's delta: role on a choice's first chunk only.
-type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
-}
-
-type chatStreamChoice struct {
-	Index        int           `json:"index"`
-	Delta        chatDelta     `json:"delta"`
-	Logprobs     *chatLogprobs `json:"logprobs"`
-	FinishReason *string       `json:"finish_reason"`
-	StopReason   any           `json:"stop_reason"`
-	TokenIDs     []int32       `json:"token_ids,omitempty"`
-}
-
-type chatChunk struct {
-	ID             string             `json:"id"`
-	Object         string             `json:"object"`
-	Created        int64              `json:"created"`
-	Model          string             `json:"model"`
-	Choices        []chatStreamChoice `json:"choices"`
-	Usage          any                `json:"usage,omitempty"`
-	PromptTokenIDs []int32            `json:"prompt_token_ids,omitempty"`
-	WeightVersion  int64              `json:"weight_version"`
-}
-
-// streamChat writes cs as chat.completion.chunk events as vLLM does: a
-// first chunk per choice with the role and empty content, one chunk per
-// token with its content delta, the finish on the last, then the usage
-// chunk when include_usage asked for it.
-func (s *Server) streamChat(w http.ResponseWriter, resp chatResponse, req chatRequest, p params, cs []choice, so streamOptions) {
-	e := startSSE(w, resp.WeightVersion)
-	chunk := chatChunk{ID: resp.ID, Object: "chat.completion.chunk", Created: resp.Created, Model: resp.Model,
-		Usage: streamUsage(so.IncludeUsage), PromptTokenIDs: resp.PromptTokenIDs, WeightVersion: resp.WeightVersion}
-	empty := ""
-	for i := range cs {
-		chunk.Choices = []chatStreamChoice{{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}}
-		e.send(chunk)
-		chunk.PromptTokenIDs = nil // vLLM: the first chunk only
-	}
-	deltas := make([][]string, len(cs))
-	for i, c := range cs {
-		deltas[i] = textDeltas(c.tokens, c.text)
-	}
-	interleave(cs, func(i, k int, last bool) {
-		c := cs[i]
-		ch := chatStreamChoice{Index: i}
-		if k >= 0 {
-			ch.Delta.Content = &deltas[i][k]
-			if req.ReturnTokenIDs {
-				ch.TokenIDs = []int32{c.tokens[k]}
-			}
-			if req.Logprobs {
-				ch.Logprobs = &chatLogprobs{Content: []chatTokenLogprob{s.chatLogprob(c, k, p)}}
-			}
-		}
-		if last {
-			ch.FinishReason, ch.StopReason = &cs[i].finish, c.stopReason
-		}
-		chunk.Choices = []chatStreamChoice{ch}
-		e.send(chunk)
-	})
-	if so.IncludeUsage {
-		chunk.Choices, chunk.Usage = []chatStreamChoice{}, resp.Usage
-		e.send(chunk)
-	}
-	e.done()
 }

@@ -57,7 +57,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	stream := req.Stream
 	req.Stream = false // validate refuses it for the engine routes
-	p, err := s.validate(&req.sampling, defaultMaxTokens)
+	p, err := s.validate(&req.sampling, defaultMaxTokens, false)
 	if err == nil {
 		err = s.withLogprobs(&p, deref(req.Logprobs), "logprobs", req.PromptLogprobs)
 	}
@@ -69,7 +69,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, err)
 		return
 	}
-	prompts, err := parsePrompt(req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, s.vocabSize(), s.be.TokenIDs)
+	prompts, err := s.parsePrompt(req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	if err != nil {
 		s.writeParamError(w, err)
 		return
@@ -95,7 +95,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			ch.TokenIDs, ch.PromptTokenID = nonNil(c.tokens), prompts[c.prompt]
 		}
 		if req.Logprobs != nil {
-			ch.Logprobs = s.completionLogprobs(c, 0, len(c.tokens), p, 0)
+			ch.Logprobs = s.completionLogprobs(c, spread(c.text, 0, c.ends), 0, len(c.tokens), p, 0)
 		}
 		if promptLPs != nil {
 			ch.PromptLogprobs = s.promptLogprobsJSON(prompts[c.prompt], promptLPs[c.prompt], p.asIDs)
@@ -106,18 +106,17 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 }
 
 // completionLogprobs is the legacy logprobs object of tokens [lo, hi) of
-// c; text offsets count from base (the text before lo).
-func (s *Server) completionLogprobs(c choice, lo, hi int, p params, base int) *completionLogprobs {
+// c, whose text pieces are pieces; text offsets count from base (the
+// length of the text before lo).
+func (s *Server) completionLogprobs(c choice, pieces []string, lo, hi int, p params, base int) *completionLogprobs {
 	lp := &completionLogprobs{Tokens: make([]string, 0, hi-lo), TokenLogprobs: nonNilF(c.logprobs[lo:hi]),
 		TextOffset: make([]int, 0, hi-lo), TopLogprobs: make([]map[string]float32, 0, hi-lo)}
 	off := base
 	for k := lo; k < hi; k++ {
 		t := c.tokens[k]
 		lp.Tokens = append(lp.Tokens, s.tokenString(t, p.asIDs))
-		lp.TextOffset = append(lp.TextOffset, min(off, len(c.text)))
-		if t >= 0 && t < 256 {
-			off++
-		}
+		lp.TextOffset = append(lp.TextOffset, off)
+		off += len(pieces[k])
 		// vLLM's dict: the sampled token and the logprobs most likely,
 		// keyed by token string.
 		top := map[string]float32{lp.Tokens[len(lp.Tokens)-1]: c.logprobs[k]}
@@ -142,7 +141,7 @@ func (s *Server) streamCompletions(w http.ResponseWriter, resp completionRespons
 	deltas := make([][]string, len(cs))
 	offsets := make([]int, len(cs))
 	for i, c := range cs {
-		deltas[i] = textDeltas(c.tokens, c.text)
+		deltas[i] = spread(c.text, 0, c.ends)
 	}
 	first := true
 	interleave(cs, func(i, k int, last bool) {
@@ -154,11 +153,9 @@ func (s *Server) streamCompletions(w http.ResponseWriter, resp completionRespons
 				ch.TokenIDs = []int32{c.tokens[k]}
 			}
 			if req.Logprobs != nil {
-				ch.Logprobs = s.completionLogprobs(c, k, k+1, p, offsets[i])
+				ch.Logprobs = s.completionLogprobs(c, deltas[i], k, k+1, p, offsets[i])
 			}
-			if c.tokens[k] >= 0 && c.tokens[k] < 256 {
-				offsets[i]++
-			}
+			offsets[i] += len(deltas[i][k])
 		}
 		if req.ReturnTokenIDs && k <= 0 {
 			// vLLM sends a choice's prompt ids with its first chunk.

@@ -228,7 +228,7 @@ func (s *Server) handleVLLMGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeParamError(w, badParam("sampling_params.prompt_logprobs", "prompt_logprobs must be in [0, %d], got %d (-1, the whole vocabulary, is not supported).", maxTopLogprobs, *sp.PromptLogprobs))
 		return
 	}
-	p, err := s.validate(&sp.sampling, defaultMaxTokens)
+	p, err := s.validate(&sp.sampling, defaultMaxTokens, false)
 	if err == nil {
 		err = s.withLogprobs(&p, deref(sp.Logprobs), "sampling_params.logprobs", sp.PromptLogprobs)
 	}
@@ -313,7 +313,7 @@ func (s *Server) handleSGLangGenerate(w http.ResponseWriter, r *http.Request) {
 		sp.MaxNewTokens = &n
 	}
 	p, err := s.validate(&sampling{MaxTokens: sp.MaxNewTokens, Temperature: sp.Temperature, TopP: sp.TopP, TopK: sp.TopK,
-		N: sp.N, Seed: sp.SamplingSeed, Stop: sp.Stop, StopTokenIDs: sp.StopTokenIDs, IgnoreEOS: sp.IgnoreEOS, Stream: req.Stream}, 0)
+		N: sp.N, Seed: sp.SamplingSeed, Stop: sp.Stop, StopTokenIDs: sp.StopTokenIDs, IgnoreEOS: sp.IgnoreEOS, Stream: req.Stream}, 0, false)
 	if err != nil {
 		s.writeParamError(w, err)
 		return

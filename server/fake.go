@@ -46,9 +46,10 @@ func NewFake(v int64) *Fake {
 	return f
 }
 
-// Backend returns a Backend over f.
+// Backend returns a Backend over f, speaking the byte tokenizer.
 func (f *Fake) Backend(model string) Backend {
-	return Backend{Gen: f, Loader: f, Model: model, Version: f.Version, MaxModelLen: 4096}
+	txt := ByteText()
+	return Backend{Gen: f, Loader: f, Model: model, Version: f.Version, MaxModelLen: 4096, Text: &txt}
 }
 
 // Version is the loaded version.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // Request fields of /v1/completions and /v1/chat/completions. A field the
@@ -77,7 +78,6 @@ var unimplemented = map[string]noop{
 	"min_p":                         nullOr("0", 0),
 	"min_tokens":                    nullOr("0", 0),
 	"include_stop_str_in_output":    nullOr("false", false),
-	"skip_special_tokens":           nullOr("true", true),
 	"spaces_between_special_tokens": nullOr("true", true),
 	"truncate_prompt_tokens":        nullOr("null"),
 	"allowed_token_ids":             nullOr("null"),
@@ -108,10 +108,7 @@ var unimplemented = map[string]noop{
 	"request_id":                  anyValue,
 	"cache_salt":                  anyValue,
 	"echo":                        nullOr("false", false),
-	"tools":                       nullOrEmpty,
-	"tool_choice":                 nullOr(`"none"`, "none"),
-	"parallel_tool_calls":         anyValue, // only matters with tools, which are refused
-	"functions":                   nullOrEmpty,
+	"functions":                   nullOrEmpty, // the deprecated form of tools
 	"function_call":               nullOr(`"none"`, "none"),
 	"reasoning_effort":            nullOr("null"),
 	"include_reasoning":           nullOr("true", true),
@@ -124,8 +121,17 @@ var unimplemented = map[string]noop{
 	"continue_final_message": nullOr("false", false),
 	"documents":              nullOrEmpty,
 	"chat_template":          nullOr("null"),
-	"chat_template_kwargs":   nullOrEmpty,
 	"mm_processor_kwargs":    nullOrEmpty,
+	"media_io_kwargs":        nullOrEmpty,
+}
+
+// unimplementedTokenize are /tokenize's fields (vLLM's
+// TokenizeChatRequest) not implemented.
+var unimplementedTokenize = map[string]noop{
+	"continue_final_message": nullOr("false", false),
+	"chat_template":          nullOr("null"),
+	"mm_processor_kwargs":    nullOrEmpty,
+	"media_io_kwargs":        nullOrEmpty,
 }
 
 // unimplementedStreamOptions are stream_options fields not implemented.
@@ -135,9 +141,12 @@ var unimplementedStreamOptions = map[string]noop{
 
 // Implemented fields, by endpoint.
 var (
-	commonFields     = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop", "stop_token_ids", "ignore_eos", "stream", "stream_options", "return_token_ids", "return_tokens_as_token_ids", "prompt_logprobs"}
-	completionFields = append(slices.Clone(commonFields), "prompt", "logprobs", "add_special_tokens")
-	chatFields       = append(slices.Clone(commonFields), "messages", "logprobs", "top_logprobs", "max_completion_tokens", "add_generation_prompt")
+	commonFields     = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop", "stop_token_ids", "ignore_eos", "stream", "stream_options", "return_token_ids", "return_tokens_as_token_ids", "prompt_logprobs", "skip_special_tokens", "add_special_tokens"}
+	completionFields = append(slices.Clone(commonFields), "prompt", "logprobs")
+	chatFields       = append(slices.Clone(commonFields), "messages", "logprobs", "top_logprobs", "max_completion_tokens", "add_generation_prompt",
+		"tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs")
+	tokenizeFields   = []string{"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "return_token_strs", "tools", "chat_template_kwargs"}
+	detokenizeFields = []string{"model", "tokens"}
 )
 
 // checkFields refuses a request that names a field outside known at a
@@ -171,6 +180,10 @@ func checkFields(body []byte, known []string, rules map[string]noop) error {
 // decodeStrict reads a JSON body into v after checkFields, answering the
 // errors itself; it reports whether the handler should go on.
 func (s *Server) decodeStrict(w http.ResponseWriter, r *http.Request, v any, known []string) bool {
+	rules := unimplemented
+	if r.URL.Path == "/tokenize" || r.URL.Path == "/detokenize" {
+		rules = unimplementedTokenize
+	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -182,13 +195,25 @@ func (s *Server) decodeStrict(w http.ResponseWriter, r *http.Request, v any, kno
 		writeError(w, s.version(), http.StatusBadRequest, "invalid_request_error", "", "invalid_body", "reading the body: "+err.Error())
 		return false
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if !json.Valid(body) {
 		writeError(w, s.version(), http.StatusBadRequest, "invalid_request_error", "", "invalid_json",
-			"We could not parse the JSON body of your request: "+err.Error())
+			"We could not parse the JSON body of your request: "+json.Unmarshal(body, new(any)).Error())
 		return false
 	}
-	if err := checkFields(body, known, unimplemented); err != nil {
+	if err := checkFields(body, known, rules); err != nil {
 		s.writeParamError(w, err)
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		// A value of the wrong type: name its field.
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			field := jsonField(te.Field)
+			s.writeParamError(w, badParam(field, "%s must be %s, not a JSON %s.", field, jsonKind(te.Type.Kind().String()), te.Value))
+			return false
+		}
+		writeError(w, s.version(), http.StatusBadRequest, "invalid_request_error", "", "invalid_json",
+			"We could not parse the JSON body of your request: "+err.Error())
 		return false
 	}
 	return true
@@ -231,4 +256,34 @@ func parseStreamOptions(raw json.RawMessage, stream bool) (streamOptions, error)
 		return so, badParam("stream_options", "stream_options: %v", err)
 	}
 	return so, nil
+}
+
+// jsonKind names a Go kind as JSON calls it, for errors.
+func jsonKind(k string) string {
+	switch k {
+	case "bool":
+		return "a boolean"
+	case "string":
+		return "a string"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	case "ptr":
+		return "a value of another type"
+	}
+	return "a number"
+}
+
+// jsonField is a decode error's field path without the names of the Go
+// structs the request types embed (sampling, chatInput).
+func jsonField(path string) string {
+	parts := strings.Split(path, ".")
+	out := parts[:0]
+	for _, p := range parts {
+		if p != "sampling" && p != "chatInput" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ".")
 }

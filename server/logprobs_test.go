@@ -8,10 +8,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
-
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
 	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // newModelServer serves a small random embedded model (the real sampler
@@ -25,7 +24,8 @@ func newModelServer(t *testing.T) (*httptest.Server, *model.Model) {
 		t.Fatal(err)
 	}
 	eg := gembedded.New(m, 2)
-	s, err := New(Backend{Gen: eg, Scorer: eg, Model: testModel, Version: func() int64 { return 2 }, MaxModelLen: m.Context()}, Options{})
+	txt := ByteText()
+	s, err := New(Backend{Gen: eg, Scorer: eg, Model: testModel, Version: func() int64 { return 2 }, MaxModelLen: m.Context(), Text: &txt}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,10 +80,16 @@ type Backend struct {
 	Version func() int64
 	// MaxModelLen bounds prompt + max_tokens; 0 leaves it unchecked.
 	MaxModelLen int
-	// TokenIDs, when set, serves a model whose tokenizer the server does not
-	// have (an HF model directory, until its tokenizer is wired in): only
-	// token-id prompts, ids below Vocab; text prompts, stop strings, chat,
-	// /tokenize and /detokenize answer 400; completions carry no text.
+	// Text is the model's tokenizer, chat template and tool-call parser
+	// (ByteText for the byte model; runner.HFBackend for a Hugging Face
+	// directory): every route that takes or gives text goes through it.
+	Text *Text
+	// Defaults are the model's sampling defaults (generation_config.json).
+	Defaults Defaults
+	// TokenIDs, set instead of Text, serves a model whose directory has no
+	// tokenizer: only token-id prompts, ids below Vocab; text prompts,
+	// stop strings, chat, /tokenize and /detokenize answer 400;
+	// completions carry no text.
 	TokenIDs *TokenIDs
 }
 
@@ -127,6 +133,7 @@ type Server struct {
 	metrics  *metrics
 	routes   map[string]map[string]http.HandlerFunc // path -> method -> handler
 	gate     gate                                   // pause/resume (engines.go)
+	txt      *vocab                                 // be.Text prepared; nil: token ids only
 }
 
 // New returns a server over b.
@@ -136,6 +143,16 @@ func New(b Backend, opts Options) (*Server, error) {
 	}
 	if b.Model == "" {
 		return nil, errors.New("server: backend has no model name")
+	}
+	if (b.Text == nil) == (b.TokenIDs == nil) {
+		return nil, errors.New("server: backend needs exactly one of Text (a tokenizer and chat template) and TokenIDs")
+	}
+	var txt *vocab
+	if b.Text != nil {
+		var err error
+		if txt, err = newVocab(*b.Text); err != nil {
+			return nil, err
+		}
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
@@ -149,7 +166,7 @@ func New(b Backend, opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{be: b, opts: opts, log: opts.Logger, metrics: newMetrics(b.Model), instance: rand.Text()}
+	s := &Server{be: b, opts: opts, log: opts.Logger, metrics: newMetrics(b.Model), instance: rand.Text(), txt: txt}
 	s.loading.Store(opts.Loading)
 	s.routes = map[string]map[string]http.HandlerFunc{
 		"/v1/completions":           {http.MethodPost: s.handleCompletions},

@@ -502,7 +502,8 @@ func (failingGen) Generate(context.Context, []gen.Request) ([]gen.Result, error)
 }
 
 func TestGeneratorFailureIs500(t *testing.T) {
-	s, err := New(Backend{Gen: failingGen{}, Model: testModel}, Options{})
+	txt := ByteText()
+	s, err := New(Backend{Gen: failingGen{}, Model: testModel, Text: &txt}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

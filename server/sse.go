@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"unicode/utf8"
 )
 
 // Streaming (stream: true) is server-sent events as OpenAI and vLLM send
@@ -58,35 +57,6 @@ func (e *sse) write(s string) {
 	if f, ok := e.w.(http.Flusher); ok {
 		f.Flush()
 	}
-}
-
-// textDeltas splits a choice's text into one piece per token such that the
-// pieces join to text exactly: a token adds the bytes it carries, a stop
-// string's bytes never appear (text is already cut), and a multi-byte
-// character split across byte tokens is held back until it is whole, so
-// every piece is valid UTF-8 (a piece may be empty).
-func textDeltas(tokens []int32, text string) []string {
-	out := make([]string, len(tokens))
-	avail, sent := 0, 0
-	for k, t := range tokens {
-		if t >= 0 && t < 256 {
-			avail = min(avail+1, len(text))
-		}
-		end := sent
-		if k == len(tokens)-1 {
-			end = len(text)
-		} else {
-			for end < avail {
-				r, size := utf8.DecodeRuneInString(text[end:avail])
-				if r == utf8.RuneError && size <= 1 && !utf8.FullRuneInString(text[end:avail]) {
-					break // an incomplete character: wait for its next byte
-				}
-				end += size
-			}
-		}
-		out[k], sent = text[sent:end], end
-	}
-	return out
 }
 
 // streamUsage is the usage field of a chunk: absent without

@@ -260,9 +260,12 @@ func TestStopReason(t *testing.T) {
 
 func itoa(t int32) string { b, _ := json.Marshal(t); return string(b) }
 
-func TestTextDeltas(t *testing.T) {
-	// "é" is two bytes; a stop string has already cut the text's tail.
-	toks := []int32{'a', 0xc3, 0xa9, 'b', 'c', bytetok.End}
+// spread gives each token the part of the text its bytes hold, holding
+// back a character split across tokens until it is whole; the pieces
+// join to the text exactly, also when a stop string cut its tail.
+func TestSpread(t *testing.T) {
+	// "é" is two bytes; the last token is special (no bytes).
+	ends := []int{1, 2, 3, 4, 5, 5}
 	for _, tc := range []struct {
 		text string
 		want []string
@@ -271,9 +274,22 @@ func TestTextDeltas(t *testing.T) {
 		{"aé", []string{"a", "", "é", "", "", ""}}, // cut after é
 		{"a", []string{"a", "", "", "", "", ""}},
 	} {
-		got := textDeltas(toks, tc.text)
+		got := spread(tc.text, 0, clampEnds(slices.Clone(ends), len(tc.text)))
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%q: %q, want %q", tc.text, got, tc.want)
 		}
 	}
+	// A part found at byte 3 of the text: tokens before hold none of it.
+	if got := spread("bc", 3, ends); !slices.Equal(got, []string{"", "", "", "b", "c", ""}) {
+		t.Errorf("at 3: %q", got)
+	}
+}
+
+// tokenString is the byte model's token string (test helper).
+func tokenString(tok int32, asIDs bool) string {
+	v, err := newVocab(ByteText())
+	if err != nil {
+		panic(err)
+	}
+	return v.tokenString(tok, asIDs)
 }

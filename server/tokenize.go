@@ -3,56 +3,53 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // ---- /tokenize, /detokenize (vLLM shapes) ----
 
+// tokenizeRequest is vLLM's TokenizeCompletionRequest (prompt) or
+// TokenizeChatRequest (messages, tools, add_generation_prompt, ...).
+type tokenizeRequest struct {
+	chatInput
+	Model           string  `json:"model"`
+	Prompt          *string `json:"prompt"`
+	ReturnTokenStrs bool    `json:"return_token_strs"`
+}
+
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Model               string        `json:"model"`
-		Prompt              *string       `json:"prompt"`
-		Messages            []chatMessage `json:"messages"`
-		AddSpecialTokens    *bool         `json:"add_special_tokens"`
-		AddGenerationPrompt *bool         `json:"add_generation_prompt"`
-		ReturnTokenStrs     bool          `json:"return_token_strs"`
-	}
-	if !s.decode(w, r, &req) {
+	var req tokenizeRequest
+	if !s.decodeStrict(w, r, &req, tokenizeFields) {
 		return
 	}
 	if err := s.checkModel(req.Model); err != nil {
 		s.writeParamError(w, err)
 		return
 	}
-	if s.be.TokenIDs != nil {
+	if s.txt == nil {
 		s.writeParamError(w, errNoTokenizer("prompt"))
 		return
 	}
 	var toks []int32
+	var err error
 	switch {
 	case req.Prompt != nil && req.Messages != nil:
-		s.writeParamError(w, badParam("prompt", "give either prompt or messages, not both."))
-		return
+		err = badParam("prompt", "give either prompt or messages, not both.")
 	case req.Prompt != nil:
-		ps, err := parsePrompt(json.RawMessage(mustJSON(*req.Prompt)), req.AddSpecialTokens == nil || *req.AddSpecialTokens, s.vocabSize(), s.be.TokenIDs)
-		if err != nil {
-			s.writeParamError(w, err)
-			return
+		if req.AddGenerationPrompt != nil || req.Tools != nil || req.ChatTemplateKwargs != nil {
+			err = badParam("prompt", "add_generation_prompt, tools and chat_template_kwargs go with messages, not prompt.")
+			break
 		}
-		toks = ps[0]
+		toks = s.txt.encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	case req.Messages != nil:
-		msgs, err := toMessages(req.Messages)
-		if err != nil {
-			s.writeParamError(w, err)
-			return
-		}
-		if toks, err = bytetok.Render(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt); err != nil {
-			s.writeParamError(w, badParam("messages", "%s", err.Error()))
-			return
+		var tools []json.RawMessage
+		if tools, err = s.parseTools(req.Tools); err == nil {
+			toks, err = s.render(r.Context(), req.chatInput, tools, true)
 		}
 	default:
-		s.writeParamError(w, badParam("prompt", "prompt or messages is required."))
+		err = badParam("prompt", "prompt or messages is required.")
+	}
+	if err != nil {
+		s.writeParamError(w, err)
 		return
 	}
 	resp := struct {
@@ -64,7 +61,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	if req.ReturnTokenStrs {
 		resp.TokenStrs = make([]string, len(toks))
 		for i, t := range toks {
-			resp.TokenStrs[i] = tokenString(t, false)
+			resp.TokenStrs[i] = s.txt.tokenPiece(t)
 		}
 	}
 	writeJSON(w, s.version(), http.StatusOK, resp)
@@ -80,22 +77,22 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 		Model  string  `json:"model"`
 		Tokens []int32 `json:"tokens"`
 	}
-	if !s.decode(w, r, &req) {
+	if !s.decodeStrict(w, r, &req, detokenizeFields) {
 		return
 	}
 	if err := s.checkModel(req.Model); err != nil {
 		s.writeParamError(w, err)
 		return
 	}
-	if s.be.TokenIDs != nil {
+	if s.txt == nil {
 		s.writeParamError(w, errNoTokenizer("tokens"))
 		return
 	}
 	for _, t := range req.Tokens {
-		if t < 0 || t >= bytetok.VocabSize {
-			s.writeParamError(w, badParam("tokens", "token id %d is out of range [0, %d).", t, bytetok.VocabSize))
+		if t < 0 || int(t) >= s.txt.size() {
+			s.writeParamError(w, badParam("tokens", "token id %d is out of range [0, %d).", t, s.txt.size()))
 			return
 		}
 	}
-	writeJSON(w, s.version(), http.StatusOK, map[string]string{"prompt": bytetok.Decode(req.Tokens)})
+	writeJSON(w, s.version(), http.StatusOK, map[string]string{"prompt": s.txt.Tok.Decode(req.Tokens)})
 }

@@ -9,7 +9,8 @@
 # Issue 30: the independent corpus (test/tokenizers/corpus.py, fixed seed:
 # 2,400 texts and 300 chats with tools per model) and the references' answers
 # (Python Jinja2 renders, transformers.js ids, @huggingface/jinja renders),
-# made once here (~25 s) for TestReferenceCorpus in hf and chat (~20 s each).
+# made once here (~25 s) for TestReferenceCorpus in hf and chat (~20 s each)
+# and for `serve --model`'s /tokenize (TestServeTokenizeParity, below).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=${GOEXPERIMENT-simd} GOFLAGS=-buildvcs=false GOAMD64=v1 GOTOOLCHAIN=local
@@ -21,6 +22,11 @@ export LONGHAUL_TOKENIZER_CORPUS=$corpus
 timeout 600 go test -count=1 -v -run 'Parity|TwentyTurns|ServerRendering|FastPath|RenderEncodingReuse|Qwen3Native|SeqNative|HandSplit|RealTokenizersUse|RuntimeErrorsNameLine|LineMarksKeep|TurnAllocFlat|ReferenceCorpus|Normalize|TestPy|MessageReasoningJSON' \
   ./tokenizer/ ./tokenizer/hf/ ./tokenizer/chat/ ./tokenizer/bridge/ ./tokenizer/remote/ 2>&1 \
   | grep -E '^(---|ok|FAIL|PASS)|identical|turns,|SKIP' 
+# The same corpus over HTTP: `longhaul serve --model` processes with the
+# three real tokenizers answer /tokenize (prompt and messages forms) with the
+# references' ids (testkit/crashtest TestServeTokenizeParity, ~2 min).
+timeout 420 go test -count=1 -v -timeout 400s -run '^TestServeTokenizeParity$' ./testkit/crashtest/ 2>&1 \
+  | grep -E '^(---|ok|FAIL|PASS|panic)|identical|SKIP|hfserve_test.go'
 # grep hides the RUN lines; pipefail keeps a test failure fatal, and a skip
 # cannot pass silently: REQUIRE turns it into a failure.
 # Budgets are counts, not durations: Go 1.26's fuzz coordinator can report a

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 	"github.com/longhaul-rl/longhaul/internal/allowpath"
 	"github.com/longhaul-rl/longhaul/runner"
 	"github.com/longhaul-rl/longhaul/server"
+	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 )
 
 // fakeModelName is what --fake-backend serves.
@@ -29,6 +31,7 @@ func newServeCmd() *cobra.Command {
 		maxBody               int64
 		fake                  bool
 		cfgPath, modelDir     string
+		toolParser            string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--weights PATH] [--config FILE] [key=value ...] | serve --model HFDIR",
@@ -41,8 +44,12 @@ before exposing it.`,
 			if apiKey == "" {
 				apiKey = os.Getenv("LONGHAUL_API_KEY")
 			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			var be server.Backend
 			var err error
+			if toolParser != "" && modelDir == "" {
+				return fmt.Errorf("serve: --tool-parser goes with --model (the byte model has no tool syntax)")
+			}
 			switch {
 			case fake:
 				be = server.NewFake(0).Backend(fakeModelName)
@@ -50,7 +57,7 @@ before exposing it.`,
 				if weights != "" || cfgPath != "" || len(args) > 0 {
 					return fmt.Errorf("serve: --model serves an HF directory as it is; it takes no --weights, --config or key=value")
 				}
-				if be, err = runner.HFBackend(cmd.Context(), modelDir); err != nil {
+				if be, err = runner.HFBackend(cmd.Context(), modelDir, runner.HFServeOptions{ToolParser: toolParser, Logger: log}); err != nil {
 					return err
 				}
 			default:
@@ -62,7 +69,6 @@ before exposing it.`,
 					return err
 				}
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			allow, err := allowpath.New(allowPaths)
 			if err != nil {
 				return err
@@ -81,7 +87,8 @@ before exposing it.`,
 	f.StringVar(&apiKey, "api-key", "", "require this bearer token (default $LONGHAUL_API_KEY)")
 	f.Int64Var(&maxBody, "max-body-bytes", 1<<20, "largest request body accepted (413 beyond)")
 	f.StringVar(&cfgPath, "config", "", "config whose model section shapes the model served without --weights (default: the embedded example)")
-	f.StringVar(&modelDir, "model", "", "Hugging Face model directory (Llama/Qwen2/Qwen3) to serve by token ids (docs/hf-models.md)")
+	f.StringVar(&modelDir, "model", "", "Hugging Face model directory (Llama/Qwen2/Qwen3) to serve with its tokenizer and chat template (docs/serving.md)")
+	f.StringVar(&toolParser, "tool-parser", "", "with --model: how tool calls are read from replies, a tokenizer.tool_parser value ("+strings.Join(toolcall.Names, ", ")+"); default: the one the chat template's tool syntax names")
 	f.StringSliceVar(&allowPaths, "allow-path", nil, "directory weight reloads may read from (repeatable; default: the working directory)")
 	f.Int64Var(&maxWeights, "max-weights-bytes", runner.DefaultMaxWeightsBytes, "largest weights file a reload reads")
 	f.BoolVar(&fake, "fake-backend", false, "serve a deterministic fake generator (for tests only)")

@@ -28,6 +28,18 @@ const (
 // aborts and dedupe on them); the seed in front names the sample.
 var requestSeq atomic.Uint64
 
+// wireTopK is top_k as the engines read it: always sent, -1 for off
+// (vLLM, SGLang and longhaul serve all take -1). Left out, a server that
+// applies the model's generation_config.json defaults (vLLM does, and so
+// does longhaul serve --model) would sample with the model's top_k, and
+// a served run would differ from an in-process one.
+func wireTopK(k int) int {
+	if k <= 0 {
+		return -1
+	}
+	return k
+}
+
 func (c *Client) encodeRequest(r *gen.Request, n int, topP float32) (string, []byte, error) {
 	switch c.opts.API {
 	case APIVLLM:
@@ -35,14 +47,14 @@ func (c *Client) encodeRequest(r *gen.Request, n int, topP float32) (string, []b
 			RequestID: fmt.Sprintf("longhaul-%016x-%d", r.Seed, requestSeq.Add(1)),
 			TokenIDs:  r.Prompt, Model: c.opts.Model,
 			SamplingParams: vllmSamplingParams{N: n, MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: topP,
-				TopK: r.TopK, Seed: int64(r.Seed), StopTokenIDs: r.Stop, IgnoreEOS: true, Logprobs: 0},
+				TopK: wireTopK(r.TopK), Seed: int64(r.Seed), StopTokenIDs: r.Stop, IgnoreEOS: true, Logprobs: 0},
 		})
 		return "/inference/v1/generate", b, err
 	case APISGLang:
 		b, err := json.Marshal(sglangGenerateRequest{
 			InputIDs: r.Prompt, ReturnLogprob: true,
 			SamplingParams: sglangSamplingParams{N: n, MaxNewTokens: r.MaxTokens, Temperature: r.Temperature, TopP: topP,
-				TopK: r.TopK, StopTokenIDs: r.Stop, IgnoreEOS: true, SamplingSeed: int64(r.Seed)},
+				TopK: wireTopK(r.TopK), StopTokenIDs: r.Stop, IgnoreEOS: true, SamplingSeed: int64(r.Seed)},
 		})
 		return "/generate", b, err
 	}
@@ -50,7 +62,7 @@ func (c *Client) encodeRequest(r *gen.Request, n int, topP float32) (string, []b
 	// alternatives, which RL does not use and a server would compute.
 	b, err := json.Marshal(completionRequest{
 		Model: c.opts.Model, Prompt: r.Prompt, MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: topP,
-		TopK: r.TopK, Seed: int64(r.Seed), StopTokenIDs: r.Stop, Logprobs: 0,
+		TopK: wireTopK(r.TopK), Seed: int64(r.Seed), StopTokenIDs: r.Stop, Logprobs: 0,
 		ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true, IgnoreEOS: true, N: n,
 	})
 	return "/v1/completions", b, err
@@ -73,7 +85,7 @@ type vllmSamplingParams struct {
 	MaxTokens    int     `json:"max_tokens"`
 	Temperature  float32 `json:"temperature"`
 	TopP         float32 `json:"top_p"`
-	TopK         int     `json:"top_k,omitempty"`
+	TopK         int     `json:"top_k"`
 	Seed         int64   `json:"seed"`
 	StopTokenIDs []int32 `json:"stop_token_ids,omitempty"`
 	IgnoreEOS    bool    `json:"ignore_eos"`
@@ -149,7 +161,7 @@ type sglangSamplingParams struct {
 	MaxNewTokens int     `json:"max_new_tokens"`
 	Temperature  float32 `json:"temperature"`
 	TopP         float32 `json:"top_p"`
-	TopK         int     `json:"top_k,omitempty"`
+	TopK         int     `json:"top_k"`
 	StopTokenIDs []int32 `json:"stop_token_ids,omitempty"`
 	IgnoreEOS    bool    `json:"ignore_eos"`
 	SamplingSeed int64   `json:"sampling_seed"`

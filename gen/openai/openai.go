@@ -277,7 +277,7 @@ type completionRequest struct {
 	MaxTokens              int     `json:"max_tokens"`
 	Temperature            float32 `json:"temperature"`
 	TopP                   float32 `json:"top_p"`
-	TopK                   int     `json:"top_k,omitempty"`
+	TopK                   int     `json:"top_k"`
 	Seed                   int64   `json:"seed"`
 	StopTokenIDs           []int32 `json:"stop_token_ids,omitempty"`
 	Logprobs               int     `json:"logprobs"`

@@ -178,8 +178,9 @@ func TestRestartWithPublishedLabelIsCaught(t *testing.T) {
 	a.kill()
 	fa2 := server.NewFake(1)
 	re := &relabel{v: 1}
+	txt := server.ByteText()
 	sa2, _ := server.New(server.Backend{Gen: markGen{fa2, re, marker}, Loader: re, Model: "tinylm",
-		Version: func() int64 { return 1 }, MaxModelLen: 4096}, server.Options{})
+		Version: func() int64 { return 1 }, MaxModelLen: 4096, Text: &txt}, server.Options{})
 	a.h = sa2
 	a.start(t)
 	deadline := time.Now().Add(5 * time.Second)
