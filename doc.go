@@ -24,7 +24,8 @@
 //	failure        the failure classes every boundary speaks
 //	server         HTTP servers: OpenAI-compatible generation
 //	metrics        metrics.jsonl, TensorBoard, Prometheus, plots
-//	testkit        what tests share: fault proxy, process helpers, kill -9 proofs
+//	testkit        what tests share: fault proxy, process helpers, kill -9 proofs, an S3 server
+//	deploy         Kubernetes and SLURM examples for runs past one machine
 //
 // No package imports one on a floor above it; layout_test.go holds the
 // floors and fails on an import that runs back up.

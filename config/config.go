@@ -30,6 +30,7 @@ type Config struct {
 	Generator            Generator            `yaml:"generator" doc:"where tokens are sampled"`
 	Trainer              Trainer              `yaml:"trainer" doc:"where the optimizer steps"`
 	Tokenizer            Tokenizer            `yaml:"tokenizer" doc:"tokenizer, chat template, history and tool-call parsing"`
+	Store                Store                `yaml:"store" doc:"where the run directory lives: a local directory, or an S3-compatible bucket with a local cache (docs/storage.md); no key of it is part of the config digest"`
 }
 
 // Run configures the run as a whole.
@@ -203,6 +204,19 @@ type Trainer struct {
 	URL  string `yaml:"url" doc:"trainer base URL, for kind remote"`
 }
 
+// Store configures where the run directory lives. Every key is about the
+// machine, not the run's results, so none is part of the digest: a run
+// resumed on another machine may give other values.
+type Store struct {
+	RunDir            string  `yaml:"run_dir" digest:"-" doc:"the run directory: a local path, or s3://BUCKET/PREFIX for a run kept in a bucket (endpoint and credentials as the AWS tools take them: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_PROFILE); --run-dir overrides it; empty = runs/<config>-<time>"`
+	CacheDir          string  `yaml:"cache_dir" digest:"-" doc:"for an s3:// run directory: the local directory that caches it (records are fsync'd here before they act); empty = ~/.cache/longhaul/runs/BUCKET/PREFIX"`
+	SyncIntervalS     float64 `yaml:"sync_interval_s" digest:"-" doc:"for an s3:// run directory: seconds between shipments to the bucket (also shipped at every snapshot and checkpoint); the work a machine loss can cost"`
+	LocalCacheMB      int     `yaml:"local_cache_mb" digest:"-" doc:"for an s3:// run directory: MiB of shipped, sealed log chunks the cache keeps before the oldest leave it (fetched back when read); 0 = keep all"`
+	LogChunkMB        float64 `yaml:"log_chunk_mb" digest:"-" doc:"for an s3:// run directory: MiB at which the run log starts a new chunk; a resume on an empty machine fetches about one chunk of log (smaller: less to fetch, a longer manifest)"`
+	LeaseS            float64 `yaml:"lease_s" digest:"-" doc:"for an s3:// run directory: seconds a controller may go without renewing its lease before another may take the run over (a restart on another machine waits this long after a machine loss)"`
+	FinalSyncTimeoutS float64 `yaml:"final_sync_timeout_s" digest:"-" doc:"for an s3:// run directory: seconds a stopping run waits for the bucket to take its last records (an outage at the end); past it the run exits with an error and the records stay in the cache"`
+}
+
 // Default returns the default configuration: the built-in ledger task
 // learnt by the embedded model on the CPU. examples/ledger.yaml spells out
 // the same values (a test keeps them equal).
@@ -235,5 +249,6 @@ func Default() *Config {
 		Generator: Generator{Kind: "embedded", URLs: []string{}, API: "openai", ReloadMethod: "reload_weights", PrefixCacheMiB: 64},
 		Trainer:   Trainer{Kind: "embedded"},
 		Tokenizer: defaultTokenizer(),
+		Store:     Store{SyncIntervalS: 5, LocalCacheMB: 512, LogChunkMB: 8, LeaseS: 20, FinalSyncTimeoutS: 300},
 	}
 }

@@ -33,6 +33,15 @@ func (c *Config) Validate() error {
 	}
 
 	c.validateTokenizer(v)
+	st := c.Store
+	v.positive("store.sync_interval_s", st.SyncIntervalS)
+	v.min("store.local_cache_mb", st.LocalCacheMB, 0)
+	v.positive("store.lease_s", st.LeaseS)
+	v.positive("store.log_chunk_mb", st.LogChunkMB)
+	v.positive("store.final_sync_timeout_s", st.FinalSyncTimeoutS)
+	if st.RunDir != "" && strings.HasPrefix(st.RunDir, "s3:") && !strings.HasPrefix(st.RunDir, "s3://") {
+		v.failf("store.run_dir", "want s3://BUCKET/PREFIX, got %q", st.RunDir)
+	}
 	v.nonEmpty("env.name", c.Env.Name)
 	v.env(c)
 	// The digest hashes params as JSON; YAML allows keys JSON does not.

@@ -30,7 +30,7 @@ func (c *Controller) restore(ctx context.Context) (int64, error) {
 	var from int64
 	found := false
 	if c.cfg.Checkpointing.Enabled {
-		e, m, rejected, ok, err := ckpt.Latest(c.ckptDir(), logged)
+		e, m, rejected, ok, err := ckpt.LatestFS(c.o.FS, c.ckptDir(), logged)
 		if err != nil {
 			return 0, err
 		}
@@ -94,7 +94,7 @@ func (c *Controller) checkpoint(ctx context.Context, k int64, metric *float64) e
 		return err
 	}
 	if cp.KeepLastK > 0 {
-		if _, err := ckpt.Retain(c.ckptDir(), cp.KeepLastK, cp.KeepTopK, cp.HigherIsBetter); err != nil {
+		if _, err := ckpt.RetainFS(c.o.FS, c.ckptDir(), cp.KeepLastK, cp.KeepTopK, cp.HigherIsBetter); err != nil {
 			c.log.Warn("checkpoint retention", "err", err)
 		}
 	}

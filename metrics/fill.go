@@ -3,9 +3,9 @@ package metrics
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Missing returns the steps of trained that the file holds no row for, in
@@ -25,8 +25,8 @@ func (w *Writer) Missing(trained []int64) []int64 {
 // beside the old one, synced, and renamed over it, so a crash leaves one
 // of the two whole.
 func (w *Writer) Fill(rows []Step) error {
-	path := w.f.Name()
-	b, err := os.ReadFile(path)
+	path := w.path
+	b, err := store.ReadFile(w.fs, path)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -55,31 +55,14 @@ func (w *Writer) Fill(rows []Step) error {
 	for _, l := range lines {
 		out = append(out, l...)
 	}
-	if err := replaceFile(path, out); err != nil {
-		return err
+	if err := store.WriteAtomic(w.fs, path, out); err != nil {
+		return fmt.Errorf("metrics: %w", err)
 	}
-	nw, err := open(path)
+	nw, err := open(w.fs, path)
 	if err != nil {
 		return err
 	}
 	w.f.Close()
 	w.f, w.rows, w.end = nw.f, nw.rows, nw.end
-	return nil
-}
-
-// replaceFile writes b to path through a synced temporary file and a
-// rename, then syncs the directory.
-func replaceFile(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := writeSynced(tmp, b); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
 	return nil
 }

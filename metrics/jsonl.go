@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Writer appends steps to a metrics.jsonl file, one row per step.
@@ -19,8 +21,10 @@ import (
 // after a resume rewound training replaces its old row and every later one,
 // so the file never holds a step twice.
 type Writer struct {
-	f    *os.File
-	rows []rowPos // the rows in the file, in order
+	fs   store.FS
+	path string
+	f    store.File // opened for appending
+	rows []rowPos   // the rows in the file, in order
 	end  int64
 	// Repaired says what Create cut from a torn tail (0: nothing).
 	Repaired int64
@@ -41,32 +45,37 @@ type rowPos struct {
 // line before the last is damage, not a tail (cutting there would lose the
 // rows after it): the file is a view, so it is moved aside whole (SetAside,
 // Dropped) and rebuilt from its readable rows, and the run goes on.
-func Create(path string) (*Writer, error) {
-	w, err := open(path)
+func Create(path string) (*Writer, error) { return CreateFS(store.OS, path) }
+
+// CreateFS is Create through the storage seam fs.
+func CreateFS(fs store.FS, path string) (*Writer, error) {
+	w, err := open(fs, path)
 	var bad *badLinesError
 	if !errors.As(err, &bad) {
 		return w, err
 	}
-	aside, dropped, err := rebuild(path)
+	aside, dropped, err := rebuild(fs, path)
 	if err != nil {
 		return nil, err
 	}
-	if w, err = open(path); err != nil {
+	if w, err = open(fs, path); err != nil {
 		return nil, err
 	}
 	w.SetAside, w.Dropped = aside, dropped
 	return w, nil
 }
 
-func open(path string) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
+func open(fs store.FS, path string) (*Writer, error) {
+	b, err := store.ReadFile(fs, path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	w := &Writer{f: f}
-	if err := w.scan(path); err != nil {
-		f.Close()
+	w := &Writer{fs: fs, path: path}
+	if err := w.scan(path, b); err != nil {
 		return nil, err
+	}
+	if w.f, err = fs.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return w, nil
 }
@@ -86,8 +95,8 @@ func (e *badLinesError) Error() string {
 // step once (a step written again after a rewind replaces its old row and
 // the later ones, as Write does). It returns where the original went and
 // the lines it dropped.
-func rebuild(path string) (string, []int, error) {
-	b, err := os.ReadFile(path)
+func rebuild(fs store.FS, path string) (string, []int, error) {
+	b, err := store.ReadFile(fs, path)
 	if err != nil {
 		return "", nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -115,7 +124,7 @@ func rebuild(path string) (string, []int, error) {
 	}
 	aside := path + ".damaged"
 	for i := 1; ; i++ {
-		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
+		if _, err := fs.Stat(aside); errors.Is(err, os.ErrNotExist) {
 			break
 		}
 		aside = fmt.Sprintf("%s.damaged.%d", path, i)
@@ -125,47 +134,24 @@ func rebuild(path string) (string, []int, error) {
 		out = append(out, r.line...)
 	}
 	tmp := path + ".tmp"
-	if err := writeSynced(tmp, out); err != nil {
-		return "", nil, err
+	if err := store.WriteFile(fs, tmp, out); err != nil {
+		return "", nil, fmt.Errorf("metrics: %w", err)
 	}
 	// The original goes aside first: a crash between the renames leaves
 	// no metrics.jsonl (the next open starts it empty), never a lost copy.
-	if err := os.Rename(path, aside); err != nil {
+	if err := fs.Rename(path, aside); err != nil {
 		return "", nil, fmt.Errorf("metrics: setting %s aside: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := fs.Rename(tmp, path); err != nil {
 		return "", nil, fmt.Errorf("metrics: %w", err)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
+	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+		return "", nil, fmt.Errorf("metrics: %w", err)
 	}
 	return aside, dropped, nil
 }
 
-func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	return nil
-}
-
-func (w *Writer) scan(path string) error {
-	b, err := io.ReadAll(w.f)
-	if err != nil {
-		return fmt.Errorf("metrics: %s: %w", path, err)
-	}
+func (w *Writer) scan(path string, b []byte) error {
 	var off int64
 	for line := 1; len(b) > 0; line++ {
 		i := bytes.IndexByte(b, '\n')
@@ -193,7 +179,7 @@ func (w *Writer) scan(path string) error {
 	}
 	w.end = off
 	if w.Repaired > 0 {
-		if err := w.f.Truncate(off); err != nil {
+		if err := w.fs.Truncate(path, off); err != nil {
 			return fmt.Errorf("metrics: %s: cutting a torn tail: %w", path, err)
 		}
 	}
@@ -215,12 +201,12 @@ func (w *Writer) Write(s Step) error {
 	if cut < len(w.rows) {
 		w.end = w.rows[cut].off
 		w.rows = w.rows[:cut]
-		if err := w.f.Truncate(w.end); err != nil {
+		if err := w.fs.Truncate(w.path, w.end); err != nil {
 			return fmt.Errorf("metrics: rewinding to step %d: %w", s.Step, err)
 		}
 	}
 	b = append(b, '\n')
-	if _, err := w.f.WriteAt(b, w.end); err != nil {
+	if _, err := w.f.Write(b); err != nil { // O_APPEND: at w.end
 		return fmt.Errorf("metrics: %w", err)
 	}
 	if err := w.f.Sync(); err != nil {
@@ -239,6 +225,8 @@ func (w *Writer) Close() error { return w.f.Close() }
 // the later line wins. A torn last line (a run killed mid-write, not yet
 // resumed) is skipped.
 func Read(path string) ([]Step, error) {
+	// Raw: a reader of a finished or running run's local file (plots,
+	// summaries); the writer goes through the seam (CreateFS).
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)

@@ -185,6 +185,9 @@ func draw6(title, path string, runs []Run) error {
 		p.Draw(plotArea)
 		leg.Draw(legArea)
 	}
+	// Raw: a picture drawn from metrics.jsonl at the end of a run (or by
+	// `longhaul plot`), never read back by a resume; a mirrored run
+	// directory ships it like any file written outside the seam.
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("metrics: plot: %w", err)

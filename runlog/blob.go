@@ -5,9 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Blob store. Token arrays live in one pack file per log chunk, each blob
@@ -97,9 +98,10 @@ func (w *packWriter) take() []byte {
 
 // blobReader reads blobs from any pack of the log.
 type blobReader struct {
+	fs    store.FS
 	dir   string
 	mu    sync.Mutex
-	files map[uint64]*os.File
+	files map[uint64]store.Reader
 }
 
 func (r *blobReader) get(ref blobRef) ([]byte, error) {
@@ -124,18 +126,18 @@ func (r *blobReader) get(ref blobRef) ([]byte, error) {
 	return data, nil
 }
 
-func (r *blobReader) file(base uint64) (*os.File, error) {
+func (r *blobReader) file(base uint64) (store.Reader, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if f := r.files[base]; f != nil {
 		return f, nil
 	}
-	f, err := os.Open(filepath.Join(r.dir, packName(base)))
+	f, err := store.Or(r.fs).Open(filepath.Join(r.dir, packName(base)))
 	if err != nil {
 		return nil, fmt.Errorf("open pack: %w", err)
 	}
 	if r.files == nil {
-		r.files = map[uint64]*os.File{}
+		r.files = map[uint64]store.Reader{}
 	}
 	r.files[base] = f
 	return f, nil

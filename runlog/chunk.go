@@ -74,8 +74,8 @@ func chunkName(base uint64) string { return fmt.Sprintf("%020d.seg", base) }
 func packName(base uint64) string  { return fmt.Sprintf("%020d.pack", base) }
 
 // listChunks returns the bases of the chunk files in dir, ascending.
-func listChunks(dir string) ([]uint64, error) {
-	ents, err := os.ReadDir(dir)
+func listChunks(fs store.FS, dir string) ([]uint64, error) {
+	ents, err := fs.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("list chunks: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -454,6 +455,9 @@ func (l *Log) sync(u *unit) {
 	}
 	l.end, l.published = u.end, u.seq
 	l.mu.Unlock()
+	if l.opts.OnMilestone != nil && slices.ContainsFunc(u.acc, isMilestone) {
+		l.opts.OnMilestone()
+	}
 	if u.roll {
 		if err := l.roll(u.nextBase); err != nil {
 			l.fail(err)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
@@ -160,6 +161,7 @@ func damageReports(logged, passed []LogDamaged) []DamageReport {
 
 // fileSHA256 returns the hex SHA-256 of a file, or "" if it does not exist.
 func fileSHA256(path string) (string, error) {
+	// Raw, as all of inspect: it reads a local run directory in place.
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
@@ -318,7 +320,7 @@ func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutRepo
 	if err != nil {
 		return nil, fmt.Errorf("inspect rollout: %w", err)
 	}
-	br := &blobReader{dir: filepath.Join(dir, logSubdir)}
+	br := &blobReader{fs: store.OS, dir: filepath.Join(dir, logSubdir)}
 	defer br.close()
 	for i, ev := range evs {
 		if evs[i], err = materialize(br, ev); err != nil {

@@ -40,6 +40,10 @@ type Options struct {
 	// OnAppend, when set, is told how long each successful Append waited
 	// until its events were durable (the Prometheus log-latency histogram).
 	OnAppend func(time.Duration)
+	// OnMilestone, when set, is called from the log's writer after a
+	// SnapshotWritten or CheckpointDurable became durable (a mirrored run
+	// directory ships its files then). It must not block.
+	OnMilestone func()
 	// FS is where every write goes (default: the OS); tests inject
 	// faults through it.
 	FS store.FS
@@ -155,8 +159,8 @@ func Open(ctx context.Context, dir string, opts Options) (*Log, error) {
 		freeUnit:  make(chan *unit, 2),
 		cur:       &unit{seq: 1},
 	}
-	l.files.dir = l.logDir
-	l.blobs.dir = l.logDir
+	l.files.dir, l.files.fs = l.logDir, opts.FS
+	l.blobs.dir, l.blobs.fs = l.logDir, opts.FS
 	if err := opts.FS.MkdirAll(l.snapDir, 0o755); err != nil {
 		return nil, fmt.Errorf("open run log: %w", err)
 	}

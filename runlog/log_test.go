@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/longhaul-rl/longhaul/store"
 	"pgregory.net/rapid"
 )
 
@@ -117,7 +118,7 @@ func TestLogAppendReopen(t *testing.T) {
 	if r := l.Recovery(); r.Truncated {
 		t.Fatalf("clean log reported a recovery: %+v", r)
 	}
-	segs, _ := listChunks(filepath.Join(dir, logSubdir))
+	segs, _ := listChunks(store.OS, filepath.Join(dir, logSubdir))
 	if len(segs) < 3 {
 		t.Fatalf("expected several chunks, got %d", len(segs))
 	}
@@ -236,7 +237,7 @@ func copyDir(t *testing.T, src, dst string) {
 // onlyChunk returns the path of the single non-empty chunk file of dir.
 func onlyChunk(t *testing.T, dir string) string {
 	t.Helper()
-	segs, err := listChunks(filepath.Join(dir, logSubdir))
+	segs, err := listChunks(store.OS, filepath.Join(dir, logSubdir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +378,7 @@ func TestBitFlips(t *testing.T) {
 func TestBlobCorruption(t *testing.T) {
 	dir := t.TempDir()
 	buildLog(t, dir, 40)
-	segs, _ := listChunks(filepath.Join(dir, logSubdir))
+	segs, _ := listChunks(store.OS, filepath.Join(dir, logSubdir))
 	p := filepath.Join(dir, logSubdir, packName(segs[0]))
 	b, err := os.ReadFile(p)
 	if err != nil || len(b) < 40 {

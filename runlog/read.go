@@ -6,11 +6,12 @@ package runlog
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // Events calls fn for every event of the log, in order, with tokens read
@@ -19,7 +20,7 @@ func (l *Log) Events(ctx context.Context, fn func(off Offset, ev Event) error) e
 	l.mu.RLock()
 	end, chunks := l.end, slices.Clone(l.chunks)
 	l.mu.RUnlock()
-	return scanLog(ctx, l.logDir, chunks, uint64(end), false, func(off Offset, ev Event) error {
+	return scanLog(ctx, l.opts.FS, l.logDir, chunks, uint64(end), false, func(off Offset, ev Event) error {
 		ev, err := materialize(&l.blobs, ev)
 		if err != nil {
 			return err
@@ -31,7 +32,7 @@ func (l *Log) Events(ctx context.Context, fn func(off Offset, ev Event) error) e
 // scanLog decodes every committed event of the chunks up to end. With
 // tolerateTail, a torn tail of the last chunk ends the scan and is
 // reported through tail instead of failing.
-func scanLog(ctx context.Context, dir string, chunks []uint64, end uint64, tolerateTail bool, fn func(Offset, Event) error, tail *Recovery) error {
+func scanLog(ctx context.Context, fs store.FS, dir string, chunks []uint64, end uint64, tolerateTail bool, fn func(Offset, Event) error, tail *Recovery) error {
 	for i, base := range chunks {
 		if base >= end {
 			break
@@ -40,7 +41,7 @@ func scanLog(ctx context.Context, dir string, chunks []uint64, end uint64, toler
 			return err
 		}
 		path := filepath.Join(dir, chunkName(base))
-		b, err := os.ReadFile(path)
+		b, err := store.ReadFile(fs, path)
 		if err != nil {
 			return fmt.Errorf("read run log: %w", err)
 		}
@@ -160,23 +161,24 @@ func (l *Log) eventAt(chunks []uint64, off Offset) (Event, error) {
 
 // fileCache keeps read-only handles on the log's files.
 type fileCache struct {
+	fs    store.FS
 	dir   string
 	mu    sync.Mutex
-	files map[string]*os.File
+	files map[string]store.Reader
 }
 
-func (c *fileCache) file(name string) (*os.File, error) {
+func (c *fileCache) file(name string) (store.Reader, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f := c.files[name]; f != nil {
 		return f, nil
 	}
-	f, err := os.Open(filepath.Join(c.dir, name))
+	f, err := store.Or(c.fs).Open(filepath.Join(c.dir, name))
 	if err != nil {
 		return nil, fmt.Errorf("runlog: %w", err)
 	}
 	if c.files == nil {
-		c.files = map[string]*os.File{}
+		c.files = map[string]store.Reader{}
 	}
 	c.files[name] = f
 	return f, nil

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // ReadRollouts folds the run directory's log read-only (like Inspect: no
@@ -30,7 +32,7 @@ func ReadRollouts(ctx context.Context, dir string, keep func(RolloutID) bool) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	br := &blobReader{dir: filepath.Join(dir, logSubdir)}
+	br := &blobReader{fs: store.OS, dir: filepath.Join(dir, logSubdir)}
 	defer br.close()
 	for id, list := range evs {
 		if err := f.whole(id, len(list)); err != nil {
@@ -76,7 +78,7 @@ func (f *fold) whole(id RolloutID, n int) error {
 // is an error, as before.
 func readOnlyFold(ctx context.Context, dir string, fn func(Offset, Event) error) (*fold, error) {
 	logDir := filepath.Join(dir, logSubdir)
-	chunks, err := listChunks(logDir)
+	chunks, err := listChunks(store.OS, logDir)
 	if err != nil {
 		return nil, fmt.Errorf("inspect %s: %w", dir, err)
 	}
@@ -97,7 +99,7 @@ func readOnlyFold(ctx context.Context, dir string, fn func(Offset, Event) error)
 		f.end = off
 		return nil
 	}
-	err = scanLog(ctx, logDir, chunks, ^uint64(0), true, apply, &tail)
+	err = scanLog(ctx, store.OS, logDir, chunks, ^uint64(0), true, apply, &tail)
 	var ce *CorruptionError
 	if errors.As(err, &ce) {
 		err = f.passOver(ctx, logDir, chunks, ce, fn, apply, &tail)
@@ -141,7 +143,7 @@ func (f *fold) passOver(ctx context.Context, logDir string, chunks []uint64, ce 
 // newestSnapshotAfter loads the newest snapshot chain of the log that
 // covers offset off (nil when none loads).
 func newestSnapshotAfter(logDir string, off uint64) (*State, uint64) {
-	ro := &Log{snapDir: filepath.Join(logDir, snapSubdir), logger: slog.New(slog.DiscardHandler)}
+	ro := &Log{snapDir: filepath.Join(logDir, snapSubdir), logger: slog.New(slog.DiscardHandler), opts: Options{FS: store.OS}}
 	ents, _ := os.ReadDir(ro.snapDir)
 	var offs []uint64
 	for _, e := range ents {

@@ -15,13 +15,13 @@ import (
 
 // recover replays the log into l.s and opens a fresh chunk for appends.
 func (l *Log) recover(ctx context.Context) error {
-	bases, err := listChunks(l.logDir)
+	bases, err := listChunks(l.opts.FS, l.logDir)
 	if err != nil {
 		return err
 	}
 	var filesEnd uint64
 	if n := len(bases); n > 0 {
-		fi, err := os.Stat(filepath.Join(l.logDir, chunkName(bases[n-1])))
+		fi, err := l.opts.FS.Stat(filepath.Join(l.logDir, chunkName(bases[n-1])))
 		if err != nil {
 			return fmt.Errorf("open run log: %w", err)
 		}
@@ -46,14 +46,19 @@ func (l *Log) recover(ctx context.Context) error {
 			return &CorruptionError{Path: chunkName(base), Offset: Offset(end), Err: corruptf("chunk starts at %d, previous one ends at %d", base, end)}
 		}
 		path := filepath.Join(l.logDir, chunkName(base))
-		b, err := os.ReadFile(path)
+		fi, err := l.opts.FS.Stat(path)
 		if err != nil {
 			return fmt.Errorf("open run log: %w", err)
 		}
-		size := base + uint64(len(b))
-		if from >= size && from > base {
-			end = size // covered by the snapshot
+		// A chunk the snapshot covers is not read, only sized: on a run
+		// directory mirrored to a bucket its bytes then stay there.
+		if size := base + uint64(fi.Size()); from >= size && from > base {
+			end = size
 			continue
+		}
+		b, err := store.ReadFile(l.opts.FS, path)
+		if err != nil {
+			return fmt.Errorf("open run log: %w", err)
 		}
 		start := 0
 		if from > base {

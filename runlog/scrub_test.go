@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // sealedLog builds a log of several small chunks with a snapshot at its
@@ -85,7 +87,7 @@ func TestSealedChunksAreChecked(t *testing.T) {
 	dir := t.TempDir()
 	offs, evs := sealedLog(t, dir)
 	logDir := filepath.Join(dir, logSubdir)
-	chunks, _ := listChunks(logDir)
+	chunks, _ := listChunks(store.OS, logDir)
 	if len(chunks) < 4 {
 		t.Fatalf("%d chunks, want several", len(chunks))
 	}
@@ -155,7 +157,7 @@ func TestScrubSaysWhatIsNeeded(t *testing.T) {
 	dir := t.TempDir()
 	offs, evs := sealedLog(t, dir)
 	logDir := filepath.Join(dir, logSubdir)
-	chunks, _ := listChunks(logDir)
+	chunks, _ := listChunks(store.OS, logDir)
 	final := foldAt(t, offs, evs)
 
 	open := -1
@@ -228,7 +230,7 @@ func TestWriterSealsRolledChunks(t *testing.T) {
 		mustAppend(t, l, ev)
 	}
 	logDir := filepath.Join(dir, logSubdir)
-	chunks, _ := listChunks(logDir)
+	chunks, _ := listChunks(store.OS, logDir)
 	if len(chunks) < 3 {
 		t.Fatalf("%d chunks", len(chunks))
 	}
@@ -253,7 +255,7 @@ func TestSealedTailIsDamage(t *testing.T) {
 	dir := t.TempDir()
 	sealedLog(t, dir)
 	logDir := filepath.Join(dir, logSubdir)
-	chunks, _ := listChunks(logDir)
+	chunks, _ := listChunks(store.OS, logDir)
 	last, prev := chunks[len(chunks)-1], chunks[len(chunks)-2]
 	if fi, _ := os.Stat(filepath.Join(logDir, chunkName(last))); fi.Size() != chunkHeaderSize {
 		t.Fatalf("fresh chunk holds %d bytes", fi.Size())

@@ -453,8 +453,8 @@ func rebuildOrder(s *State) {
 }
 
 // readSnap reads and checks one snapshot file.
-func readSnap(path string) (snapMeta, []byte, error) {
-	b, err := os.ReadFile(path)
+func readSnap(fs store.FS, path string) (snapMeta, []byte, error) {
+	b, err := store.ReadFile(fs, path)
 	if err != nil {
 		return snapMeta{}, nil, err
 	}
@@ -483,11 +483,11 @@ func readSnap(path string) (snapMeta, []byte, error) {
 // chain. Without one it returns the empty state at offset 0. A snapshot
 // that fails to load is only a lost shortcut: replay covers it.
 func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta, error) {
-	ents, _ := os.ReadDir(l.snapDir)
+	ents, _ := l.opts.FS.ReadDir(l.snapDir)
 	var offs []uint64
 	for _, e := range ents {
 		if strings.HasSuffix(e.Name(), ".tmp") {
-			os.Remove(filepath.Join(l.snapDir, e.Name()))
+			l.opts.FS.Remove(filepath.Join(l.snapDir, e.Name()))
 			continue
 		}
 		n, ok := strings.CutSuffix(e.Name(), ".snap")
@@ -501,7 +501,7 @@ func (l *Log) loadSnapshots(filesEnd uint64) (*State, uint64, []snapMeta, error)
 	slices.Sort(offs)
 	for i := len(offs) - 1; i >= 0; i-- {
 		if offs[i] > filesEnd {
-			if _, _, err := readSnap(filepath.Join(l.snapDir, snapName(offs[i]))); err == nil {
+			if _, _, err := readSnap(l.opts.FS, filepath.Join(l.snapDir, snapName(offs[i]))); err == nil {
 				// A whole snapshot was taken of records that were durable:
 				// the log that no longer reaches them lost acknowledged data.
 				return nil, 0, nil, &ShortLogError{Path: l.logDir, End: filesEnd, Expected: offs[i], By: "snapshot " + filepath.Join(l.snapDir, snapName(offs[i]))}
@@ -523,7 +523,7 @@ func (l *Log) loadChain(off uint64) (*State, []snapMeta, error) {
 	var metas []snapMeta
 	var bodies [][]byte
 	for {
-		m, body, err := readSnap(filepath.Join(l.snapDir, snapName(off)))
+		m, body, err := readSnap(l.opts.FS, filepath.Join(l.snapDir, snapName(off)))
 		if err != nil {
 			return nil, nil, err
 		}

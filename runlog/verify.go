@@ -35,7 +35,7 @@ var watermarkMagic = [8]byte{'L', 'H', 'V', 'E', 'R', 'I', 'F', '1'}
 // damaged watermark only costs a full verification, so it is reported and
 // treated as 0.
 func (l *Log) readWatermark() uint64 {
-	b, err := os.ReadFile(filepath.Join(l.logDir, watermarkFile))
+	b, err := store.ReadFile(l.opts.FS, filepath.Join(l.logDir, watermarkFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0
 	}
@@ -98,7 +98,7 @@ func (l *Log) verifyRange(ctx context.Context, bases []uint64, from, to uint64) 
 			return err
 		}
 		path := filepath.Join(l.logDir, chunkName(base))
-		b, err := os.ReadFile(path)
+		b, err := store.ReadFile(l.opts.FS, path)
 		if err != nil {
 			return fmt.Errorf("verify run log: %w", err)
 		}

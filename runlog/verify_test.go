@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // snapLog builds a log with a snapshot in the middle; it returns the
@@ -43,7 +45,7 @@ func TestDamageBeforeSnapshot(t *testing.T) {
 	if snap == 0 || offs[10] >= snap {
 		t.Fatalf("snapshot at %d does not follow record 10 at %d", snap, offs[10])
 	}
-	segs, _ := listChunks(filepath.Join(dir, logSubdir))
+	segs, _ := listChunks(store.OS, filepath.Join(dir, logSubdir))
 	path := filepath.Join(dir, logSubdir, chunkName(segs[0]))
 	b, _ := os.ReadFile(path)
 	pos := int(uint64(offs[10])-segs[0]) + frameHeaderSize + 1
@@ -82,7 +84,7 @@ func TestShortLogIsDamage(t *testing.T) {
 			if !tc.keepSnaps {
 				os.RemoveAll(filepath.Join(logDir, snapSubdir))
 			}
-			segs, _ := listChunks(logDir)
+			segs, _ := listChunks(store.OS, logDir)
 			if err := os.Truncate(filepath.Join(logDir, chunkName(segs[0])), tc.size(offs, snap, segs[0])); err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +120,7 @@ func TestSnapshotOnEmptyChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	logDir := filepath.Join(dir, logSubdir)
-	segs, _ := listChunks(logDir)
+	segs, _ := listChunks(store.OS, logDir)
 	last := segs[len(segs)-1]
 	if uint64(info.Offset) != last+chunkHeaderSize || uint64(offs[len(offs)-1]) >= last {
 		t.Fatalf("snapshot at %d, last chunk at %d: not the fresh chunk's first offset", info.Offset, last)

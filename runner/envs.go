@@ -15,6 +15,7 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/env/agentenv"
 	"github.com/longhaul-rl/longhaul/env/httpenv"
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // RunIDFile holds the run's id in its run directory: the run part of every
@@ -72,9 +73,9 @@ func agents(cfg *config.Config, base *env.Registry) (*env.Registry, error) {
 }
 
 // RunID reads the run directory's id, making one on the first start.
-func RunID(dir string) (string, error) {
+func RunID(fs store.FS, dir string) (string, error) {
 	path := filepath.Join(dir, RunIDFile)
-	b, err := os.ReadFile(path)
+	b, err := store.ReadFile(fs, path)
 	if err == nil {
 		id := strings.TrimSpace(string(b))
 		if id == "" || strings.ContainsAny(id, "/ ") {
@@ -88,7 +89,7 @@ func RunID(dir string) (string, error) {
 	var r [8]byte
 	_, _ = rand.Read(r[:])
 	id := hex.EncodeToString(r[:])
-	if err := writeAtomic(path, []byte(id+"\n")); err != nil {
+	if err := store.WriteAtomic(fs, path, []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("runner: %w", err)
 	}
 	return id, nil

@@ -39,7 +39,7 @@ func Lock(fs store.FS, dir string) (*DirLock, error) {
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			holder := "an unknown process"
-			if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+			if b, rerr := store.ReadFile(fs, path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
 				holder = strings.TrimSpace(string(b))
 			}
 			return nil, fmt.Errorf("runner: %s: %w by %s (one writer per run; wait for it to exit or stop it)", dir, ErrLocked, holder)

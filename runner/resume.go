@@ -55,9 +55,9 @@ func saveConfigCopy(fs store.FS, dir string, cfg *config.Config) error {
 // loggedConfig returns the config whose digest the log holds: the copy in
 // configs/, or config.yaml when its digest matches (runs started before
 // configs/ existed). Either must hash to the logged digest.
-func loggedConfig(dir string, digest [32]byte) (*config.Config, error) {
+func loggedConfig(fs store.FS, dir string, digest [32]byte) (*config.Config, error) {
 	for _, path := range []string{configCopyPath(dir, digest), filepath.Join(dir, ConfigFile)} {
-		b, err := os.ReadFile(path)
+		b, err := store.ReadFile(fs, path)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -80,7 +80,7 @@ func loggedConfig(dir string, digest [32]byte) (*config.Config, error) {
 // fromRun (no --config given) the run's own config plus overrides is used;
 // otherwise cfg. A changed key not in allow is refused, naming it; the
 // returned changes ("key: old -> new") are to be logged as ConfigChanged.
-func resumeConfig(rl *runlog.Log, dir string, cfg *config.Config, opts Options) (*config.Config, []string, error) {
+func resumeConfig(fs store.FS, rl *runlog.Log, dir string, cfg *config.Config, opts Options) (*config.Config, []string, error) {
 	var started bool
 	var digest [32]byte
 	rl.View(func(s *runlog.State) { started, digest = s.Started, s.ConfigDigest })
@@ -90,7 +90,7 @@ func resumeConfig(rl *runlog.Log, dir string, cfg *config.Config, opts Options) 
 	if !opts.FromRun && config.Digest(cfg) == digest {
 		return cfg, nil, nil
 	}
-	old, err := loggedConfig(dir, digest)
+	old, err := loggedConfig(fs, dir, digest)
 	if err != nil {
 		if !opts.FromRun {
 			return nil, nil, fmt.Errorf("%w (the given config differs from the run's: %w)", err, config.ErrConfigChanged)

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -41,6 +40,8 @@ const (
 
 // Options adjust a run.
 type Options struct {
+	// RunDir is the run directory: a local path, or s3://BUCKET/PREFIX
+	// (kept in the bucket, cached in store.cache_dir).
 	RunDir string
 	Logger *slog.Logger
 	// AllowChange names the config keys that may differ from the run
@@ -73,9 +74,10 @@ type Options struct {
 	OnConfig func(*config.Config)
 	// Envs replaces the built-in environment registry.
 	Envs *env.Registry
-	// FS is the storage seam the run's durable writes go through: the log,
+	// FS is the storage seam the run's files go through: the log,
 	// checkpoints (and the embedded trainer's files in them), the stored
-	// configs and the run lock. nil is the OS; tests inject faults.
+	// configs, metrics and the run lock. nil is the OS; tests inject
+	// faults. An s3:// RunDir replaces it with the bucket's mirror.
 	FS store.FS
 }
 
@@ -89,34 +91,24 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// Absolute, because paths under it go to other processes (a remote
-	// trainer's checkpoints and exports, a server's weight reload) whose
-	// working directories differ; the log records paths relative to it.
-	dir, err := filepath.Abs(opts.RunDir)
-	if err != nil {
-		return fmt.Errorf("runner: run directory: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
-		return fmt.Errorf("runner: %w", err)
-	}
-	// One writer per run: two processes appending to one log would
-	// interleave records and leave it unreadable.
-	fs := opts.FS
-	if fs == nil {
-		fs = store.OS
-	}
-	lock, err := Lock(fs, dir)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, lock.Unlock()) }()
 	if err := config.CheckAllowed(opts.AllowChange); err != nil {
 		return err
 	}
+	ctx, rd, err := openRunDir(ctx, cfg, opts, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cause := context.Cause(ctx); err != nil && cause != nil && cause != ctx.Err() {
+			err = cause // the run was taken over: say so, not "canceled"
+		}
+		err = errors.Join(err, rd.close(ctx, err))
+	}()
+	dir, fs := rd.dir, rd.fs
 	// The config is stored only once the run can start, so a first attempt
 	// that fails on bad input (a missing dataset, say) can be retried with
 	// the fix in the same run directory.
-	lo := runlog.Options{Logger: log, Hook: opts.Crash, FS: fs}
+	lo := rd.logOptions(runlog.Options{Logger: log, Hook: opts.Crash, FS: fs})
 	if opts.Observe != nil {
 		lo.OnAppend = opts.Observe.ObserveLogAppend
 	}
@@ -125,11 +117,12 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return withRecoveryChoices(err, dir)
 	}
 	defer func() { err = errors.Join(err, rl.Close()) }()
+	rd.started(rl)
 	if rec := rl.Recovery(); rec.Truncated {
 		log.Warn("run log tail was torn; cut back to the last whole record", "file", rec.File,
 			"bytes", rec.Bytes, "records", rec.Records, "detail", rec.Message)
 	}
-	cfg, changes, err := resumeConfig(rl, dir, cfg, opts)
+	cfg, changes, err := resumeConfig(fs, rl, dir, cfg, opts)
 	if err != nil {
 		return err
 	}
@@ -143,7 +136,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if reg, err = Environments(cfg, reg); err != nil {
 		return err
 	}
-	runID, err := RunID(dir)
+	runID, err := RunID(fs, dir)
 	if err != nil {
 		return err
 	}
@@ -157,7 +150,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 	defer parts.close()
-	mw, err := metrics.Create(filepath.Join(dir, MetricsFile))
+	mw, err := metrics.CreateFS(fs, filepath.Join(dir, MetricsFile))
 	if err != nil {
 		return err
 	}
@@ -169,7 +162,7 @@ func Train(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		log.Warn("metrics.jsonl had lines that are not rows; the file is set aside and rebuilt from its readable rows (steps the run trains again after its checkpoint are rewritten)",
 			"lines", mw.Dropped, "set_aside", mw.SetAside)
 	}
-	tw, err := tb.Open(filepath.Join(dir, TBDir), nil)
+	tw, err := tb.OpenFS(fs, filepath.Join(dir, TBDir), nil)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/longhaul-rl/longhaul/gen/openai"
 	"github.com/longhaul-rl/longhaul/metrics/promtrain"
 	"github.com/longhaul-rl/longhaul/model"
+	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 	tembedded "github.com/longhaul-rl/longhaul/train/embedded"
 	"github.com/longhaul-rl/longhaul/train/remote"
@@ -108,7 +108,7 @@ func wire(ctx context.Context, cfg *config.Config, dir string, reg *env.Registry
 			return fmt.Errorf("runner: exporting version %d: %w", v, err)
 		}
 		b, _ := json.Marshal(map[string]int64{"version": v})
-		return writeAtomic(filepath.Join(filepath.Dir(weights), tembedded.MetaFile), b)
+		return store.WriteAtomic(store.Or(opts.FS), filepath.Join(filepath.Dir(weights), tembedded.MetaFile), b)
 	}
 	switch cfg.Generator.Kind {
 	case "embedded":
@@ -208,12 +208,4 @@ func (p *parts) describeAll() func() string {
 		return g
 	}
 	return func() string { return g() + "; " + t() }
-}
-
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

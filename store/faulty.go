@@ -67,6 +67,9 @@ func (f *Faulty) OpenFile(name string, flag int, perm os.FileMode) (File, error)
 	return &faultyFile{File: file, fs: f}, nil
 }
 
+func (f *Faulty) Open(name string) (Reader, error)             { return f.FS.Open(name) }
+func (f *Faulty) Stat(name string) (os.FileInfo, error)        { return f.FS.Stat(name) }
+func (f *Faulty) ReadDir(name string) ([]os.DirEntry, error)   { return f.FS.ReadDir(name) }
 func (f *Faulty) Rename(o, n string) error                     { return f.FS.Rename(o, n) }
 func (f *Faulty) Remove(name string) error                     { return f.FS.Remove(name) }
 func (f *Faulty) RemoveAll(path string) error                  { return f.FS.RemoveAll(path) }

@@ -1,13 +1,17 @@
-// Package store is the seam every durable write of a run goes through:
-// the run log's chunks and blob packs, its snapshots and watermark, the
-// checkpoint directory's manifest, fsyncs and renames, the embedded
-// trainer's checkpoint files, the stored configs and the run lock. The real
-// implementation is the OS; Faulty wraps one to fail the way disks do
-// (a full disk at a chosen call, a write cut short, a failed fsync), so
-// tests can prove what survives each.
+// Package store is the seam every file of a run goes through: the run
+// log's chunks, blob packs, snapshots and watermark, checkpoints and the
+// embedded trainer's files in them, exported weights, the stored configs,
+// metrics and TensorBoard files, and the run lock. Writes, reads, renames,
+// removes and listings all pass through an FS, so one implementation can
+// keep a run on the local disk (OS), another can fail the way disks do
+// (Faulty: a full disk at a chosen call, a write cut short, a failed
+// fsync), and another can keep the local directory as a cache of a bucket
+// (store/mirror), with nothing above the seam knowing which.
 package store
 
 import (
+	"errors"
+	"io"
 	"os"
 )
 
@@ -19,9 +23,22 @@ type File interface {
 	Name() string
 }
 
-// FS creates, syncs and publishes files.
+// Reader is an open file being read.
+type Reader interface {
+	io.Reader
+	io.ReaderAt
+	Close() error
+	Name() string
+}
+
+// FS creates, reads, syncs, lists and publishes files.
 type FS interface {
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	// Open opens name for reading.
+	Open(name string) (Reader, error)
+	Stat(name string) (os.FileInfo, error)
+	// ReadDir lists a directory, sorted by name.
+	ReadDir(name string) ([]os.DirEntry, error)
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
 	RemoveAll(path string) error
@@ -46,6 +63,17 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	}
 	return f, nil
 }
+
+func (osFS) Open(name string) (Reader, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (osFS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name) }
+func (osFS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
 func (osFS) Rename(o, n string) error                     { return os.Rename(o, n) }
 func (osFS) Remove(name string) error                     { return os.Remove(name) }
 func (osFS) RemoveAll(path string) error                  { return os.RemoveAll(path) }
@@ -59,6 +87,24 @@ func (osFS) SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// Or returns fs, or OS when fs is nil.
+func Or(fs FS) FS {
+	if fs == nil {
+		return OS
+	}
+	return fs
+}
+
+// ReadFile reads the whole of name.
+func ReadFile(fs FS, name string) ([]byte, error) {
+	f, err := fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(f)
+	return b, errors.Join(err, f.Close())
 }
 
 // WriteFile writes b to a new file at path and fsyncs it.
@@ -76,6 +122,36 @@ func WriteFile(fs FS, path string, b []byte) error {
 		return err
 	}
 	return f.Close()
+}
+
+// WriteAtomic writes b to path durably: a fsync'd temporary file renamed
+// into place, then the directory fsync'd, so path holds either its old
+// content or b after a crash, never a mix.
+func WriteAtomic(fs FS, path string, b []byte) error {
+	tmp := path + ".tmp"
+	err := WriteFile(fs, tmp, b)
+	if err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fs.SyncDir(dirOf(path))
+	}
+	if err != nil {
+		fs.Remove(tmp)
+	}
+	return err
+}
+
+func dirOf(path string) string {
+	for i := len(path) - 1; i >= 0; i-- {
+		if os.IsPathSeparator(path[i]) {
+			if i == 0 {
+				return path[:1]
+			}
+			return path[:i]
+		}
+	}
+	return "."
 }
 
 // SyncFile fsyncs an existing file.

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 
 	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/runview"
+	"github.com/longhaul-rl/longhaul/store/bucket"
+	"github.com/longhaul-rl/longhaul/store/mirror"
 )
 
 func newInspectCmd() *cobra.Command {
@@ -22,7 +26,7 @@ func newInspectCmd() *cobra.Command {
 		rows, toks bool
 	)
 	cmd := &cobra.Command{
-		Use:   "inspect RUN_DIR [--rollouts [filters]] | inspect RUN_DIR rollout ID [--rows] [--tokens]",
+		Use:   "inspect RUN_DIR [--rollouts [filters]] | inspect RUN_DIR rollout ID [--rows] [--tokens]  (RUN_DIR may be s3://BUCKET/PREFIX)",
 		Short: "summarise a run directory from its run log, list its rollouts, or show one rollout",
 		Long: `inspect reads a run directory's log (it never writes to it) and prints
 event counts by kind, groups and rollouts by state, the step, and the last
@@ -48,6 +52,15 @@ the sampler's logprob and the advantage.`,
 			out := cmd.OutOrStdout()
 			ctx := cmd.Context()
 			dir := args[0]
+			shown := dir // what the summary names: the URL, not the temporary copy
+			if bucket.IsURL(dir) {
+				local, err := pullRun(ctx, dir)
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(local)
+				dir = local
+			}
 			if len(args) == 3 {
 				id, err := runlog.ParseRolloutID(args[2])
 				if err != nil {
@@ -94,6 +107,7 @@ the sampler's logprob and the advantage.`,
 			if err != nil {
 				return err
 			}
+			r.Dir = shown
 			if asJSON {
 				return writeJSON(cmd, r)
 			}
@@ -152,4 +166,27 @@ func writeJSON(cmd *cobra.Command, v any) error {
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// pullRun copies the run kept at u (s3://BUCKET/PREFIX) into a new
+// temporary directory, every object checked against its digest, without
+// taking the run's lease: inspect reads it there.
+func pullRun(ctx context.Context, u string) (string, error) {
+	name, prefix, err := bucket.ParseURL(u)
+	if err != nil {
+		return "", err
+	}
+	c, err := bucket.New(ctx, name, bucket.Options{})
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "longhaul-inspect-")
+	if err != nil {
+		return "", err
+	}
+	if _, err := mirror.Pull(ctx, c, prefix, dir); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }

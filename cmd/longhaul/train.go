@@ -50,6 +50,9 @@ overrides; every allowed change is logged and shown by inspect.`,
 				return err
 			}
 			if runDir == "" {
+				runDir = cfg.Store.RunDir
+			}
+			if runDir == "" {
 				runDir = filepath.Join("runs", strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))+"-"+time.Now().Format("20060102-150405"))
 			}
 			lvl := slog.LevelInfo
@@ -118,11 +121,15 @@ overrides; every allowed change is logged and shown by inspect.`,
 			if err != nil {
 				return err
 			}
-			return summarize(out, runDir)
+			local, err := runner.LocalDir(cfg, runDir)
+			if err != nil {
+				return err
+			}
+			return summarize(out, local)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "config file (default: the embedded examples/ledger.yaml)")
-	cmd.Flags().StringVar(&runDir, "run-dir", "", "run directory; an existing one is resumed (default: runs/<config>-<time>)")
+	cmd.Flags().StringVar(&runDir, "run-dir", "", "run directory, a local path or s3://BUCKET/PREFIX (docs/storage.md); an existing one is resumed (default: store.run_dir, else runs/<config>-<time>)")
 	cmd.Flags().StringSliceVar(&allow, "allow-config-change", nil, "config keys that may differ from the run directory's config on resume (e.g. run.max_steps)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().BoolVar(&noBar, "no-progress", false, "plain progress lines (every --progress-every) instead of bars, even on a terminal")

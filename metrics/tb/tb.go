@@ -19,6 +19,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/longhaul-rl/longhaul/store"
 )
 
 // FileName is the event file's name inside the tb directory (TensorBoard
@@ -45,7 +47,9 @@ func frame(data []byte) []byte {
 // Writer appends scalar events to a run's event file.
 type Writer struct {
 	d    descriptors
-	f    *os.File
+	fs   store.FS
+	path string
+	f    store.File // opened for appending
 	end  int64
 	recs []recPos // summary records in the file, in order
 	now  func() time.Time
@@ -60,7 +64,10 @@ type recPos struct {
 
 // Open opens (or creates) dir/FileName. now is the wall clock written into
 // events (nil: time.Now).
-func Open(dir string, now func() time.Time) (*Writer, error) {
+func Open(dir string, now func() time.Time) (*Writer, error) { return OpenFS(store.OS, dir, now) }
+
+// OpenFS is Open through the storage seam fs.
+func OpenFS(fs store.FS, dir string, now func() time.Time) (*Writer, error) {
 	if now == nil {
 		now = time.Now
 	}
@@ -68,19 +75,19 @@ func Open(dir string, now func() time.Time) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tb: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	w := &Writer{d: d, fs: fs, path: path, now: now}
+	if err := w.scan(); err != nil {
+		return nil, fmt.Errorf("tb: %s: %w", path, err)
+	}
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("tb: %w", err)
 	}
-	w := &Writer{d: d, f: f, now: now}
-	if err := w.scan(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("tb: %s: %w", path, err)
-	}
+	w.f = f
 	if w.end == 0 {
 		b, err := d.fileVersion(w.wall())
 		if err == nil {
@@ -99,7 +106,10 @@ func (w *Writer) wall() float64 { return float64(w.now().UnixMicro()) / 1e6 }
 // scan walks the records, remembering where each step's summary starts,
 // and cuts the file after the last whole, checksummed, decodable record.
 func (w *Writer) scan() error {
-	b, err := io.ReadAll(w.f)
+	b, err := store.ReadFile(w.fs, w.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -107,7 +117,7 @@ func (w *Writer) scan() error {
 	w.end = off
 	if cut := int64(len(b)) - off; cut > 0 {
 		w.Repaired = cut
-		return w.f.Truncate(off)
+		return w.fs.Truncate(w.path, off)
 	}
 	return nil
 }
@@ -143,7 +153,7 @@ func (w *Writer) walk(b []byte) int64 {
 
 func (w *Writer) append(data []byte) error {
 	rec := frame(data)
-	if _, err := w.f.WriteAt(rec, w.end); err != nil {
+	if _, err := w.f.Write(rec); err != nil { // O_APPEND: at w.end
 		return fmt.Errorf("tb: %w", err)
 	}
 	w.end += int64(len(rec))
@@ -160,7 +170,7 @@ func (w *Writer) Write(step int64, vals []Scalar) error {
 	if cut < len(w.recs) {
 		w.end = w.recs[cut].off
 		w.recs = w.recs[:cut]
-		if err := w.f.Truncate(w.end); err != nil {
+		if err := w.fs.Truncate(w.path, w.end); err != nil {
 			return fmt.Errorf("tb: rewinding to step %d: %w", step, err)
 		}
 	}
@@ -189,6 +199,7 @@ func Steps(dir string) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Raw: read-only, for checks and inspect of a local directory.
 	f, err := os.Open(filepath.Join(dir, FileName))
 	if err != nil {
 		return nil, fmt.Errorf("tb: %w", err)

@@ -14,6 +14,7 @@ type Request struct {
 	Seq    int64 // 0-based arrival order over all requests the proxy saw
 	Method string
 	Path   string
+	Query  string // the raw query (an S3 part upload's "partNumber=2&uploadId=...")
 	Body   []byte
 }
 
@@ -166,5 +167,16 @@ func NthPrompt(f Fault, ordinals ...int) Plan {
 			}
 		}
 		return None
+	})
+}
+
+// When restricts plan to requests keep accepts (by method or path, say);
+// others pass, and plan's counters do not see them.
+func When(keep func(r *Request) bool, plan Plan) Plan {
+	return PlanFunc(func(r *Request) Fault {
+		if !keep(r) {
+			return None
+		}
+		return plan.Decide(r)
 	})
 }

@@ -3,7 +3,8 @@
 // serve`), forwards every request, and, where its Plan says so, answers
 // with a fault instead: an error status, a stall past the client's
 // deadline, a reset connection, or a broken answer (truncated, malformed,
-// or with one logprob too few). It counts what it injected, per kind.
+// or with one logprob too few), or, in front of an S3 server, throttling
+// (503 SlowDown). It counts what it injected, per kind.
 //
 //	p := faultproxy.New("http://127.0.0.1:8000",
 //		faultproxy.OnPath("/v1/completions", faultproxy.Every(5, faultproxy.Status503)))
@@ -43,13 +44,15 @@ const (
 	Truncated                  // the upstream's status and Content-Length, half its body, then the connection closed
 	Malformed                  // HTTP 200 whose body is not JSON
 	ShortLogprobs              // the upstream's completion with the first choice's last logprob removed
+	SlowDown                   // HTTP 503 with S3's SlowDown error (throttling), as a bucket answers
 	numFaults
 )
 
-// Faults lists every fault kind, None excepted.
+// Faults lists every fault kind an OpenAI-style server shows, None
+// excepted; SlowDown is a bucket's.
 var Faults = []Fault{Status500, Status503, Status429, Status408, Status400, Timeout, Reset, Truncated, Malformed, ShortLogprobs}
 
-var faultNames = [numFaults]string{"none", "500", "503", "429", "408", "400", "timeout", "reset", "truncated", "malformed", "short-logprobs"}
+var faultNames = [numFaults]string{"none", "500", "503", "429", "408", "400", "timeout", "reset", "truncated", "malformed", "short-logprobs", "slowdown"}
 
 func (f Fault) String() string {
 	if f < 0 || f >= numFaults {
@@ -65,7 +68,7 @@ func (f Fault) Class() string {
 	switch f {
 	case None:
 		return ""
-	case Status500, Status503, Status429, Status408, Timeout, Reset, Truncated:
+	case Status500, Status503, Status429, Status408, Timeout, Reset, Truncated, SlowDown:
 		// Truncated: what a server killed mid-answer leaves (failure.IsInfra).
 		return failure.Infra
 	}
@@ -77,7 +80,7 @@ func (f Fault) Status() int {
 	switch f {
 	case Status500:
 		return http.StatusInternalServerError
-	case Status503:
+	case Status503, SlowDown:
 		return http.StatusServiceUnavailable
 	case Status429:
 		return http.StatusTooManyRequests
@@ -97,6 +100,10 @@ type Options struct {
 	// Transport carries upstream requests (default: a clone of
 	// http.DefaultTransport).
 	Transport http.RoundTripper
+	// PreserveHost forwards the client's Host header unchanged, as a
+	// transparent proxy does: a signed request (S3's SigV4 signs the
+	// host) then verifies at the upstream.
+	PreserveHost bool
 }
 
 // Proxy is a running fault-injecting reverse proxy on a loopback port. It
@@ -175,7 +182,7 @@ func (p *Proxy) Injected(f Fault) int64 {
 // least once), e.g. {"503": 4, "reset": 2}.
 func (p *Proxy) Counts() map[string]int64 {
 	m := map[string]int64{}
-	for _, f := range Faults {
+	for _, f := range append(Faults, SlowDown) {
 		if n := p.Injected(f); n > 0 {
 			m[f.String()] = n
 		}
@@ -194,7 +201,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the client went away
 	}
-	req := &Request{Seq: p.seq.Add(1) - 1, Method: r.Method, Path: r.URL.Path, Body: body}
+	req := &Request{Seq: p.seq.Add(1) - 1, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body}
 	f := (*p.plan.Load()).Decide(req)
 	switch f {
 	case Status500, Status503, Status429, Status408, Status400:
@@ -221,6 +228,14 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		p.injected[f].Add(1)
 		reset(w)
 		return
+	case SlowDown:
+		p.injected[f].Add(1)
+		b := []byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate. (faultproxy)</Message></Error>`)
+		w.Header().Set("Content-Type", "application/xml")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write(b)
+		return
 	}
 	p.forward(w, r, body, f)
 }
@@ -239,6 +254,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, f F
 			continue
 		}
 		out.Header[k] = vs
+	}
+	if p.opts.PreserveHost {
+		out.Host = r.Host
 	}
 	resp, err := p.up.Do(out)
 	if err != nil {

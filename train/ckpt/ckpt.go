@@ -75,7 +75,7 @@ func WriteFS(fs store.FS, root string, m Manifest, fill func(dir string) error) 
 	if err := fill(tmp); err != nil {
 		return "", digest, fmt.Errorf("ckpt: writing step %d: %w", m.Step, err)
 	}
-	des, err := os.ReadDir(tmp)
+	des, err := fs.ReadDir(tmp)
 	if err != nil {
 		return "", digest, fmt.Errorf("ckpt: %w", err)
 	}
@@ -94,7 +94,7 @@ func WriteFS(fs store.FS, root string, m Manifest, fill func(dir string) error) 
 	for i, de := range des {
 		path := filepath.Join(tmp, de.Name())
 		wg.Add(2)
-		go func() { defer wg.Done(); sums[i], errs[2*i] = hashFile(path) }()
+		go func() { defer wg.Done(); sums[i], errs[2*i] = hashFile(fs, path) }()
 		go func() { defer wg.Done(); errs[2*i+1] = store.SyncFile(fs, path) }()
 	}
 	wg.Wait()
@@ -128,8 +128,8 @@ func WriteFS(fs store.FS, root string, m Manifest, fill func(dir string) error) 
 	return final, sha256.Sum256(mb), nil
 }
 
-func hashFile(path string) (sum [32]byte, err error) {
-	f, err := os.Open(path)
+func hashFile(fs store.FS, path string) (sum [32]byte, err error) {
+	f, err := fs.Open(path)
 	if err != nil {
 		return sum, err
 	}
@@ -152,10 +152,14 @@ func syncDir(fs store.FS, dir string) error {
 // Verify reads dir's manifest and checks every file's digest. It returns
 // the manifest and the manifest's SHA-256, or an error wrapping ErrCorrupt
 // that says what is wrong.
-func Verify(dir string) (Manifest, [32]byte, error) {
+func Verify(dir string) (Manifest, [32]byte, error) { return VerifyFS(store.OS, dir) }
+
+// VerifyFS is Verify reading through fs (on a mirrored run directory this
+// fetches the checkpoint's files, so a trainer then finds them locally).
+func VerifyFS(fs store.FS, dir string) (Manifest, [32]byte, error) {
 	var m Manifest
 	var digest [32]byte
-	mb, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	mb, err := store.ReadFile(fs, filepath.Join(dir, ManifestName))
 	if err != nil {
 		return m, digest, fmt.Errorf("%w: %s: %v", ErrCorrupt, dir, err)
 	}
@@ -168,7 +172,7 @@ func Verify(dir string) (Manifest, [32]byte, error) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		f, err := os.Open(filepath.Join(dir, n))
+		f, err := fs.Open(filepath.Join(dir, n))
 		if err != nil {
 			return m, digest, fmt.Errorf("%w: %s: %v", ErrCorrupt, dir, err)
 		}
@@ -193,8 +197,11 @@ type Entry struct {
 
 // List returns the published checkpoints under root, oldest first.
 // Temporary directories are ignored.
-func List(root string) ([]Entry, error) {
-	des, err := os.ReadDir(root)
+func List(root string) ([]Entry, error) { return ListFS(store.OS, root) }
+
+// ListFS is List reading through fs.
+func ListFS(fs store.FS, root string) ([]Entry, error) {
+	des, err := fs.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -226,7 +233,12 @@ type Rejected struct {
 // maxStep (maxStep < 0: no bound), and the newer ones it rejected.
 // found is false when none verifies.
 func Latest(root string, maxStep int64) (e Entry, m Manifest, rejected []Rejected, found bool, err error) {
-	all, err := List(root)
+	return LatestFS(store.OS, root, maxStep)
+}
+
+// LatestFS is Latest reading through fs.
+func LatestFS(fs store.FS, root string, maxStep int64) (e Entry, m Manifest, rejected []Rejected, found bool, err error) {
+	all, err := ListFS(fs, root)
 	if err != nil {
 		return e, m, nil, false, err
 	}
@@ -234,7 +246,7 @@ func Latest(root string, maxStep int64) (e Entry, m Manifest, rejected []Rejecte
 		if maxStep >= 0 && all[i].Step > maxStep {
 			continue
 		}
-		mf, _, verr := Verify(all[i].Path)
+		mf, _, verr := VerifyFS(fs, all[i].Path)
 		if verr != nil {
 			rejected = append(rejected, Rejected{Entry: all[i], Err: verr})
 			continue
@@ -248,7 +260,12 @@ func Latest(root string, maxStep int64) (e Entry, m Manifest, rejected []Rejecte
 // keepLast, and the keepTop best by manifest metric (higher or lower is
 // better). Checkpoints whose manifest cannot be read count as metric-less.
 func Retain(root string, keepLast, keepTop int, higherIsBetter bool) (removed []Entry, err error) {
-	all, err := List(root)
+	return RetainFS(store.OS, root, keepLast, keepTop, higherIsBetter)
+}
+
+// RetainFS is Retain reading and removing through fs.
+func RetainFS(fs store.FS, root string, keepLast, keepTop int, higherIsBetter bool) (removed []Entry, err error) {
+	all, err := ListFS(fs, root)
 	if err != nil || len(all) == 0 {
 		return nil, err
 	}
@@ -263,7 +280,7 @@ func Retain(root string, keepLast, keepTop int, higherIsBetter bool) (removed []
 		}
 		var ss []scored
 		for _, e := range all {
-			mb, err := os.ReadFile(filepath.Join(e.Path, ManifestName))
+			mb, err := store.ReadFile(fs, filepath.Join(e.Path, ManifestName))
 			if err != nil {
 				continue
 			}
@@ -287,7 +304,7 @@ func Retain(root string, keepLast, keepTop int, higherIsBetter bool) (removed []
 		if keep[e.Step] {
 			continue
 		}
-		if err := os.RemoveAll(e.Path); err != nil {
+		if err := fs.RemoveAll(e.Path); err != nil {
 			return removed, fmt.Errorf("ckpt: removing %s: %w", e.Path, err)
 		}
 		removed = append(removed, e)

@@ -37,8 +37,9 @@ type Trainer struct {
 	fs      store.FS // nil: the OS
 }
 
-// SetFS routes the trainer's checkpoint files through fs (the run's
-// storage seam, so tests can make a checkpoint write fail).
+// SetFS routes the trainer's checkpoint and export files through fs (the
+// run's storage seam: tests make a checkpoint write fail, a mirrored run
+// directory fetches a checkpoint from its bucket).
 func (t *Trainer) SetFS(fs store.FS) { t.fs = fs }
 
 func (t *Trainer) storage() store.FS {
@@ -114,6 +115,9 @@ func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 // LoadCheckpoint implements train.Trainer. A directory that does not hold
 // a checkpoint this trainer loads is bad input (train.ErrInvalidInput).
 func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
+	// LoadDirWith reads the directory itself: the controller verified
+	// every file of the checkpoint through the seam first (ckpt.LatestFS),
+	// which on a mirrored run directory also fetched them.
 	m, err := model.LoadDirWith(dir, model.LoadOptions{Copy: true})
 	if err != nil {
 		return notACheckpoint(dir, err)
@@ -127,7 +131,7 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 	if err != nil {
 		return notACheckpoint(dir, err)
 	}
-	v, err := readState(dir, nt.LoadState)
+	v, err := readState(t.storage(), dir, nt.LoadState)
 	if err != nil {
 		return notACheckpoint(dir, err)
 	}
@@ -139,6 +143,10 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 // an HF directory (…/model.safetensors), and the whole directory is
 // written; any other name gets the weights and config.json beside them.
 func (t *Trainer) ExportWeights(_ context.Context, path string) error {
+	// SaveDir and SaveSafetensors write each file by temporary file and
+	// rename themselves (atomic, as servers reload them); a mirrored run
+	// directory picks the files up by their size and time, as it does a
+	// remote trainer's.
 	if filepath.Base(path) == WeightsFile {
 		return t.t.Model().SaveDir(filepath.Dir(path), model.SaveOptions{})
 	}

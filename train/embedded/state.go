@@ -41,8 +41,8 @@ func saveState(fs store.FS, dir string, save func(io.Writer) error, version int6
 }
 
 // readState reads dir's StateFile into load and returns MetaFile's version.
-func readState(dir string, load func(io.Reader) error) (int64, error) {
-	f, err := os.Open(filepath.Join(dir, StateFile))
+func readState(fs store.FS, dir string, load func(io.Reader) error) (int64, error) {
+	f, err := fs.Open(filepath.Join(dir, StateFile))
 	if err != nil {
 		return 0, err
 	}
@@ -50,7 +50,7 @@ func readState(dir string, load func(io.Reader) error) (int64, error) {
 	if err := load(bufio.NewReader(f)); err != nil {
 		return 0, fmt.Errorf("embedded trainer: %s: %w", dir, err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	b, err := store.ReadFile(fs, filepath.Join(dir, MetaFile))
 	if err != nil {
 		return 0, err
 	}
