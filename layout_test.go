@@ -36,7 +36,7 @@ var floors = map[string]int{
 	"env":        4,
 	"gen":        4,
 	"train":      4,
-	"tokenizer":  4,
+	"tokenizer":  3,
 	"runlog":     4,
 	"data":       3,
 	"examples":   3,

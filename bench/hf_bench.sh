@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14 benchmarks: model/llama (Go) against bench/torch_llama.py (PyTorch
+# Issue 14 benchmarks: the engine (model/, Go) against bench/torch_llama.py (PyTorch
 # CPU) on the same HF directories, thread counts and shapes, run back to
 # back so both see the same machine load. Prints one JSON line per run.
 #   bench/hf_bench.sh OUTDIR [gen|train|load|all]

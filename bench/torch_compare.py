@@ -8,8 +8,9 @@ bench/dump writes model.safetensors + config.json (the Go model after a few SFT
 steps), and fixture.json (fixed token sequences, the Go logits for them, and
 the Go training-step times). This script parses the safetensors file itself
 (8-byte little-endian header length, JSON header, raw data), builds the same
-architecture in PyTorch (RMSNorm, rope "rotate_half" or learned positions,
-causal MHA, SwiGLU, tied head; linear weights stored [in, out]), checks the
+architecture in PyTorch (the built-in model is a Llama configuration:
+RMSNorm, rope "rotate_half", causal MHA, SwiGLU, tied head; linear weights
+in the Hugging Face names and [out, in] layout), checks the
 logits agree (max abs diff <= 1e-4), then times forward + backward + AdamW on
 the same batch shape and SFT loss as Go and prints both ratios: wall time
 (best step) and CPU-seconds per step (median, every thread of the process).
@@ -53,18 +54,17 @@ class Model(torch.nn.Module):
         super().__init__()
         self.cfg = cfg
         self.p = torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(v.clone()) for k, v in weights.items()})
-        hs = cfg["hidden_size"] // cfg["num_attention_heads"]
+        hs = cfg["head_dim"]
         ctx = cfg["max_position_embeddings"]
-        if cfg["position_embedding_type"] == "rope":
-            # float64 angles rounded to float32, as model/layers.go ropeTables
-            half = hs // 2
-            pos = torch.arange(ctx, dtype=torch.float64)[:, None]
-            freq = torch.tensor([float(cfg["rope_theta"]) ** (-(2 * i) / hs) for i in range(half)], dtype=torch.float64)[None, :]
-            ang = pos * freq
-            cos = torch.cos(ang).to(torch.float32)
-            sin = torch.sin(ang).to(torch.float32)
-            self.cos = torch.cat([cos, cos], -1)
-            self.sin = torch.cat([sin, sin], -1)
+        # float64 angles rounded to float32, as model/rope.go ropeTables
+        half = hs // 2
+        pos = torch.arange(ctx, dtype=torch.float64)[:, None]
+        freq = torch.tensor([1 / float(cfg["rope_theta"]) ** ((2 * i) / hs) for i in range(half)], dtype=torch.float64)[None, :]
+        ang = pos * freq
+        cos = torch.cos(ang).to(torch.float32)
+        sin = torch.sin(ang).to(torch.float32)
+        self.cos = torch.cat([cos, cos], -1)
+        self.sin = torch.cat([sin, sin], -1)
 
     def w(self, name):
         return self.p[name.replace(".", "_")]
@@ -81,29 +81,25 @@ class Model(torch.nn.Module):
     def forward(self, tokens):
         cfg = self.cfg
         B, T = tokens.shape
-        d, H = cfg["hidden_size"], cfg["num_attention_heads"]
-        hs, Fh = d // H, cfg["intermediate_size"]
-        x = self.w("wte")[tokens]
-        if cfg["position_embedding_type"] == "learned":
-            x = x + self.w("wpe")[:T]
+        H, hs = cfg["num_attention_heads"], cfg["head_dim"]
+        assert cfg["num_key_value_heads"] == H and cfg["tie_word_embeddings"], "the built-in configuration: MHA, tied"
+        x = self.w("model.embed_tokens.weight")[tokens]
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         for l in range(cfg["num_hidden_layers"]):
-            pre = f"layers.{l}."
-            h = self.rmsnorm(x, self.w(pre + "ln1.weight"))
-            qkv = h @ self.w(pre + "attn.qkv.weight")
-            q, k, v = qkv.split(d, -1)
+            pre = f"model.layers.{l}."
+            h = self.rmsnorm(x, self.w(pre + "input_layernorm.weight"))
+            q, k, v = (F.linear(h, self.w(pre + f"self_attn.{n}_proj.weight")) for n in "qkv")
             q, k, v = (t.view(B, T, H, hs).transpose(1, 2) for t in (q, k, v))
-            if cfg["position_embedding_type"] == "rope":
-                q, k = self.rope(q, T), self.rope(k, T)
+            q, k = self.rope(q, T), self.rope(k, T)
             att = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
             att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-            o = (att @ v).transpose(1, 2).reshape(B, T, d)
-            x = x + o @ self.w(pre + "attn.proj.weight")
-            h = self.rmsnorm(x, self.w(pre + "ln2.weight"))
-            gate, up = (h @ self.w(pre + "mlp.fc.weight")).split(Fh, -1)
-            x = x + (F.silu(gate) * up) @ self.w(pre + "mlp.proj.weight")
-        x = self.rmsnorm(x, self.w("lnf.weight"))
-        return x @ self.w("wte").t()
+            o = (att @ v).transpose(1, 2).reshape(B, T, H * hs)
+            x = x + F.linear(o, self.w(pre + "self_attn.o_proj.weight"))
+            h = self.rmsnorm(x, self.w(pre + "post_attention_layernorm.weight"))
+            gate, up = F.linear(h, self.w(pre + "mlp.gate_proj.weight")), F.linear(h, self.w(pre + "mlp.up_proj.weight"))
+            x = x + F.linear(F.silu(gate) * up, self.w(pre + "mlp.down_proj.weight"))
+        x = self.rmsnorm(x, self.w("model.norm.weight"))
+        return x @ self.w("model.embed_tokens.weight").t()
 
 
 def time_steps(model, tokens, steps, threads):

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """An independent PyTorch implementation of the Llama / Qwen2 / Qwen3 family
-(no transformers), for cross-checking longhaul's model/llama and timing it.
+(no transformers), for cross-checking longhaul's engine (model/) and timing it.
 
     /usr/bin/python3 bench/torch_llama.py check FIXTURE.json...
     /usr/bin/python3 bench/torch_llama.py bench --model DIR [--threads N] ...
@@ -15,7 +15,7 @@ rope_scaling types default / linear / llama3 / yarn, grouped-query attention
 biases, SwiGLU MLP, tied or untied lm_head. Gradients come from autograd and
 the optimizer is torch.optim.AdamW, so nothing here shares code with Go.
 
-check: the fixture (written by model/llama's TestTorchCrossCheck) names the
+check: the fixture (written by model's TestTorchCrossCheck) names the
 directory init-model wrote, token sequences, the Go logits for them, one
 training batch (tokens, mask, advantages, old logprobs), the optimizer
 settings, the Go loss of one step and the directory Go saved after it. This

@@ -13,45 +13,27 @@ import (
 	"errors"
 	"fmt"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
 // Message is one message of a rollout's context.
 type Message struct {
-	Role    tokenizer.Role
+	Role    string // a tokenizer.Role* name
 	Content string
-	// Tokens is the message exactly as it appears in the context: role
-	// marker, content, end marker. For an assistant message the content
-	// tokens are the sampled tokens themselves.
+	// Tokens is the message exactly as it appears in the context (under
+	// the byte template: role marker, content, end marker; an assistant
+	// message's content tokens are the sampled tokens themselves). A
+	// message a policy writes has none: the rollout renders it with the
+	// run's chat template.
 	Tokens []int32
 }
 
-// NewMessage renders a message from text (for messages the loop or a
-// policy writes, never for sampled ones).
-func NewMessage(role tokenizer.Role, content string) (Message, error) {
-	toks, err := tokenizer.AppendMessage(nil, tokenizer.Message{Role: role, Content: content})
-	if err != nil {
-		return Message{}, err
-	}
-	return Message{Role: role, Content: content, Tokens: toks}, nil
-}
-
-// Render returns the context tokens of msgs: BOS followed by every
-// message's tokens (no generation marker).
-func Render(msgs []Message) []int32 {
-	n := 1
-	for _, m := range msgs {
-		n += len(m.Tokens)
-	}
-	out := make([]int32, 0, n+1) // +1: room for the generation marker
-	out = append(out, tokenizer.BOS)
-	for _, m := range msgs {
-		out = append(out, m.Tokens...)
-	}
-	return out
-}
+// NewMessage is a message a policy writes from text (never a sampled
+// one); the rollout renders its tokens.
+func NewMessage(role, content string) Message { return Message{Role: role, Content: content} }
 
 // Result is a compaction plan: the new message list and the fate of every
 // old message. Changed is false when the policy had nothing to do; then no
@@ -170,10 +152,10 @@ func (c Config) ThresholdFor(seed uint64, group runlog.GroupID) int {
 // system messages and the first user message (the task).
 func headLen(msgs []Message) int {
 	i := 0
-	for i < len(msgs) && msgs[i].Role == tokenizer.RoleSystem {
+	for i < len(msgs) && msgs[i].Role == lhtok.RoleSystem {
 		i++
 	}
-	if i < len(msgs) && msgs[i].Role == tokenizer.RoleUser {
+	if i < len(msgs) && msgs[i].Role == lhtok.RoleUser {
 		i++
 	}
 	return i
@@ -184,7 +166,7 @@ func headLen(msgs []Message) int {
 // assistant message; messages between the head and the first assistant
 // message form a turn of their own.
 func isTurnStart(msgs []Message, head, i int) bool {
-	return i == head || msgs[i].Role == tokenizer.RoleAssistant
+	return i == head || msgs[i].Role == lhtok.RoleAssistant
 }
 
 // keepFrom returns the index of the first message of the last k turns; the
@@ -199,7 +181,7 @@ func keepFrom(msgs []Message, head, k int) int {
 		}
 		if k < 1 {
 			// Keep only the pending observations.
-			if msgs[i].Role == tokenizer.RoleAssistant {
+			if msgs[i].Role == lhtok.RoleAssistant {
 				return i + 1
 			}
 			return i
@@ -254,14 +236,11 @@ func (ElideToolOutput) Name() string { return PolicyElideTool }
 func (p ElideToolOutput) Compact(msgs []Message) (Result, error) {
 	head := headLen(msgs)
 	from := keepFrom(msgs, head, p.KeepTurns)
-	marker, err := NewMessage(tokenizer.RoleTool, p.Marker)
-	if err != nil {
-		return Result{}, err
-	}
+	marker := NewMessage(lhtok.RoleTool, p.Marker)
 	res := Result{Messages: make([]Message, 0, len(msgs)), Lineage: make([]runlog.Lineage, len(msgs))}
 	for i, m := range msgs {
 		op := runlog.OpKept
-		if i >= head && i < from && m.Role == tokenizer.RoleTool && m.Content != p.Marker {
+		if i >= head && i < from && m.Role == lhtok.RoleTool && m.Content != p.Marker {
 			op, m = runlog.OpReplaced, marker
 			res.Changed = true
 		}
@@ -295,10 +274,7 @@ func (p Summarize) SummaryRequest() string { return p.Request }
 func (p Summarize) Fold(msgs []Message, summary string) (Result, error) {
 	head := headLen(msgs)
 	from := keepFrom(msgs, head, 0)
-	sm, err := NewMessage(tokenizer.RoleSummary, summary)
-	if err != nil {
-		return Result{}, err
-	}
+	sm := NewMessage(lhtok.RoleSummary, summary)
 	res := Result{Messages: make([]Message, 0, head+1+len(msgs)-from), Lineage: make([]runlog.Lineage, 0, len(msgs)+2), Changed: true}
 	res.Messages = append(res.Messages, msgs[:head]...)
 	res.Messages = append(res.Messages, sm)

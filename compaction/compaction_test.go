@@ -3,19 +3,25 @@ package compaction_test
 import (
 	"testing"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/longhaul-rl/longhaul/compaction"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
-func msg(t *testing.T, role tokenizer.Role, text string) compaction.Message {
+// msg is a message as it sits in a rollout's context: with its tokens
+// (the byte template's rendering).
+func msg(t *testing.T, role string, text string) compaction.Message {
 	t.Helper()
-	m, err := compaction.NewMessage(role, text)
+	m := compaction.NewMessage(role, text)
+	toks, err := bytetok.AppendMessage(nil, lhtok.Message{Role: role, Content: text})
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.Tokens = toks
 	return m
 }
 
@@ -23,20 +29,20 @@ func msg(t *testing.T, role tokenizer.Role, text string) compaction.Message {
 // with a pending observation.
 func conversation(t *testing.T) []compaction.Message {
 	return []compaction.Message{
-		msg(t, tokenizer.RoleSystem, "sys"),       // 0
-		msg(t, tokenizer.RoleUser, "task"),        // 1
-		msg(t, tokenizer.RoleAssistant, "call a"), // 2
-		msg(t, tokenizer.RoleTool, "out a"),       // 3
-		msg(t, tokenizer.RoleAssistant, "call b"), // 4
-		msg(t, tokenizer.RoleTool, "out b"),       // 5
-		msg(t, tokenizer.RoleAssistant, "call c"), // 6
-		msg(t, tokenizer.RoleTool, "out c"),       // 7
-		msg(t, tokenizer.RoleUser, "next?"),       // 8 (pending, same turn)
+		msg(t, lhtok.RoleSystem, "sys"),       // 0
+		msg(t, lhtok.RoleUser, "task"),        // 1
+		msg(t, lhtok.RoleAssistant, "call a"), // 2
+		msg(t, lhtok.RoleTool, "out a"),       // 3
+		msg(t, lhtok.RoleAssistant, "call b"), // 4
+		msg(t, lhtok.RoleTool, "out b"),       // 5
+		msg(t, lhtok.RoleAssistant, "call c"), // 6
+		msg(t, lhtok.RoleTool, "out c"),       // 7
+		msg(t, lhtok.RoleUser, "next?"),       // 8 (pending, same turn)
 	}
 }
 
 type view struct {
-	Roles   []tokenizer.Role
+	Roles   []string
 	Content []string
 	Ops     []runlog.LineageOp
 	Changed bool
@@ -74,7 +80,7 @@ func TestRecency(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := view{
-		Roles:   []tokenizer.Role{"system", "user", "assistant", "tool", "assistant", "tool", "user"},
+		Roles:   []string{"system", "user", "assistant", "tool", "assistant", "tool", "user"},
 		Content: []string{"sys", "task", "call b", "out b", "call c", "out c", "next?"},
 		Ops:     []runlog.LineageOp{K, K, D, D, K, K, K, K, K},
 		Changed: true,
@@ -108,7 +114,7 @@ func TestElideToolOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := view{
-		Roles:   []tokenizer.Role{"system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "user"},
+		Roles:   []string{"system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "user"},
 		Content: []string{"sys", "task", "call a", compaction.DefaultElideMarker, "call b", compaction.DefaultElideMarker, "call c", "out c", "next?"},
 		Ops:     []runlog.LineageOp{K, K, K, R, K, R, K, K, K},
 		Changed: true,
@@ -137,7 +143,7 @@ func TestSummarize(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := view{
-		Roles:   []tokenizer.Role{"system", "user", "summary", "tool", "user"},
+		Roles:   []string{"system", "user", "summary", "tool", "user"},
 		Content: []string{"sys", "task", "did a, b, c", "out c", "next?"},
 		Ops:     []runlog.LineageOp{K, K, S, S, S, S, S, K, K, D, D},
 		Changed: true,
@@ -145,23 +151,8 @@ func TestSummarize(t *testing.T) {
 	if diff := cmp.Diff(want, show(res)); diff != "" {
 		t.Fatal(diff)
 	}
-	if got := tokenizer.Decode(res.Messages[2].Tokens); got != "<|summary|>did a, b, c<|end|>" {
-		t.Fatalf("summary tokens %q", got)
-	}
-}
-
-func TestRender(t *testing.T) {
-	msgs := conversation(t)
-	var tm []tokenizer.Message
-	for _, m := range msgs {
-		tm = append(tm, tokenizer.Message{Role: m.Role, Content: m.Content})
-	}
-	want, err := tokenizer.Render(tm, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want, compaction.Render(msgs)); diff != "" {
-		t.Fatal(diff)
+	if res.Messages[2].Tokens != nil {
+		t.Fatalf("the summary carries tokens %v: the rollout renders a written message with the run's template", res.Messages[2].Tokens)
 	}
 }
 

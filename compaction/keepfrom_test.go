@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // keepFromList is keepFrom as a list of turn starts, the plain reading of
@@ -12,7 +12,7 @@ import (
 func keepFromList(msgs []Message, head, k int) int {
 	var starts []int
 	for i := head; i < len(msgs); i++ {
-		if i == head || msgs[i].Role == tokenizer.RoleAssistant {
+		if i == head || msgs[i].Role == lhtok.RoleAssistant {
 			starts = append(starts, i)
 		}
 	}
@@ -20,7 +20,7 @@ func keepFromList(msgs []Message, head, k int) int {
 	case len(starts) == 0:
 		return len(msgs)
 	case k < 1:
-		if last := starts[len(starts)-1]; msgs[last].Role == tokenizer.RoleAssistant {
+		if last := starts[len(starts)-1]; msgs[last].Role == lhtok.RoleAssistant {
 			return last + 1
 		} else {
 			return last
@@ -36,7 +36,7 @@ func keepFromList(msgs []Message, head, k int) int {
 // number of turns.
 func TestKeepFrom(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	roles := []tokenizer.Role{tokenizer.RoleSystem, tokenizer.RoleUser, tokenizer.RoleAssistant, tokenizer.RoleTool}
+	roles := []string{lhtok.RoleSystem, lhtok.RoleUser, lhtok.RoleAssistant, lhtok.RoleTool}
 	for range 500 {
 		msgs := make([]Message, r.IntN(12))
 		for i := range msgs {

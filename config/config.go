@@ -72,7 +72,7 @@ type Model struct {
 	Heads     int    `yaml:"heads" doc:"attention heads; must divide model.dim"`
 	Hidden    int    `yaml:"hidden" doc:"MLP hidden width"`
 	Context   int    `yaml:"context" doc:"maximum sequence length in tokens"`
-	Positions string `yaml:"positions" enum:"rope|learned" doc:"position encoding"`
+	Positions string `yaml:"positions" enum:"rope" doc:"position encoding: rope (the built-in model is a Llama configuration)"`
 	InitSeed  uint64 `yaml:"init_seed" doc:"weight-initialisation seed; 0 = derive from run.seed"`
 	Weights   string `yaml:"weights" doc:"safetensors file to start from; empty = initialise"`
 	Path      string `yaml:"path" doc:"a Hugging Face model directory (Llama/Qwen2/Qwen3: config.json, safetensors, tokenizer files) trained and sampled in process instead of the built-in model; the other model.* sizes are then ignored except model.context; tokenizer.path defaults to it; the warm start renders its demonstrations through the directory's chat template (ChatML templates: Qwen2/Qwen3; docs/hf-models.md, \"Learning\")"`

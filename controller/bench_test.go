@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/train"
@@ -110,7 +111,7 @@ type scriptGen struct {
 
 func newScriptGen(seed uint64, hold uint32) *scriptGen {
 	g := &scriptGen{hold: hold, calls: map[uint64]uint32{}, want: resumeGroups * resumeSize, all: make(chan struct{}),
-		answer: append(tokenizer.Encode("7"), tokenizer.End)}
+		answer: append(bytetok.Encode("7"), bytetok.End)}
 	for gi := range resumeGroups {
 		// Groups are admitted at cursors 0..124 of epoch 0.
 		gid := runlog.NewGroupID(seed, 0, uint64(gi))

@@ -32,6 +32,7 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/metrics"
+	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/store"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
@@ -175,6 +176,11 @@ func New(o Options) (*Controller, error) {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	cfg := o.Config
+	chat := o.Chat
+	if chat == nil {
+		chat = rollout.DefaultChat
+	}
+	cfg.Segment.Tokenizer = chat.Tokenizer() // a prefix break's error shows the run's text
 	c := &Controller{o: o, cfg: &cfg, log: o.Logger, order: order, now: o.Now,
 		cache: eventCache{m: map[runlog.RolloutID][]runlog.Event{}}}
 	return c, nil

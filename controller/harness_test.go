@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/data"
 	"github.com/longhaul-rl/longhaul/env"
@@ -17,7 +19,6 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 	"github.com/longhaul-rl/longhaul/metrics"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/store"
@@ -56,7 +57,7 @@ type fakeGen struct {
 
 func newFakeGen(seed uint64, groups, size int, epochs uint32) *fakeGen {
 	g := &fakeGen{index: map[uint64]callKey{}, calls: map[callKey]int{},
-		answer: append(tokenizer.Encode("7"), tokenizer.End)}
+		answer: append(bytetok.Encode("7"), bytetok.End)}
 	for e := range epochs {
 		for cur := range uint64(groups) {
 			gid := runlog.NewGroupID(seed, e, cur)

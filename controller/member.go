@@ -11,11 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
@@ -115,7 +116,7 @@ func RolloutSpec(cfg *Config, reg *env.Registry, task env.Task, id runlog.Rollou
 		NewEnv:          func(context.Context) (env.Environment, error) { return reg.New(task.Env, params) },
 		Generator:       g,
 		Recorder:        rec,
-		ObservationRole: tokenizer.RoleUser,
+		ObservationRole: lhtok.RoleUser,
 		Limits: rollout.Limits{MaxTurns: cfg.Rollout.MaxTurns, MaxTokensPerCall: cfg.Sampling.MaxTokensPerCall,
 			ContextBudget: cfg.Rollout.ContextBudget, MaxSampledTokens: cfg.Rollout.MaxTokensPerRollout},
 		Sampling: rollout.Sampling{Temperature: float32(cfg.Sampling.Temperature), TopP: float32(cfg.Sampling.TopP),

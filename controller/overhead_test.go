@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/data"
@@ -16,7 +18,6 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
@@ -88,7 +89,7 @@ func BenchmarkControllerPerCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	g := newOverheadGen(append(tokenizer.Encode("1+2=3"), tokenizer.End))
+	g := newOverheadGen(append(bytetok.Encode("1+2=3"), bytetok.End))
 	ccfg, err := cfg.Controller()
 	if err != nil {
 		b.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // Task is one dataset row for an environment. It is JSON-serialisable so a

@@ -5,18 +5,18 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // GuessOracle is the scripted guess agent: binary search. It reads only
 // its context: the range from the first user message ("guess 0-7"), then
 // each of its own guesses with the answer that followed ("higher",
 // "lower"), and guesses the middle of what is left.
-func GuessOracle(msgs []tokenizer.Message) (string, error) {
-	if n := len(msgs); n > 0 && msgs[n-1].Role == tokenizer.RoleAssistant && msgs[n-1].Content == "" {
+func GuessOracle(msgs []lhtok.Message) (string, error) {
+	if n := len(msgs); n > 0 && msgs[n-1].Role == lhtok.RoleAssistant && msgs[n-1].Content == "" {
 		msgs = msgs[:n-1] // the generation prompt's empty assistant turn
 	}
-	if len(msgs) == 0 || msgs[0].Role != tokenizer.RoleUser {
+	if len(msgs) == 0 || msgs[0].Role != lhtok.RoleUser {
 		return "", fmt.Errorf("%w: no first user message", ErrOracle)
 	}
 	var lo, hi int
@@ -25,7 +25,7 @@ func GuessOracle(msgs []tokenizer.Message) (string, error) {
 	}
 	for i := 1; i+1 < len(msgs); i += 2 {
 		g, err := strconv.Atoi(strings.TrimSpace(msgs[i].Content))
-		if msgs[i].Role != tokenizer.RoleAssistant || msgs[i+1].Role != tokenizer.RoleUser || err != nil {
+		if msgs[i].Role != lhtok.RoleAssistant || msgs[i+1].Role != lhtok.RoleUser || err != nil {
 			return "", fmt.Errorf("%w: turn %d is not a guess and its answer", ErrOracle, i)
 		}
 		switch msgs[i+1].Content {

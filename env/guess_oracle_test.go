@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // TestGuessOracleSolves plays the oracle against the environment on every
@@ -19,9 +19,9 @@ func TestGuessOracleSolves(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			msgs := []tokenizer.Message{{Role: tokenizer.RoleUser, Content: first}}
+			msgs := []lhtok.Message{{Role: lhtok.RoleUser, Content: first}}
 			for turn := 0; ; turn++ {
-				a, err := GuessOracle(append(msgs, tokenizer.Message{Role: tokenizer.RoleAssistant}))
+				a, err := GuessOracle(append(msgs, lhtok.Message{Role: lhtok.RoleAssistant}))
 				if err != nil {
 					t.Fatalf("size %d secret %d: %v", size, secret, err)
 				}
@@ -38,12 +38,12 @@ func TestGuessOracleSolves(t *testing.T) {
 				if res.Done {
 					t.Fatalf("size %d secret %d: not found", size, secret)
 				}
-				msgs = append(msgs, tokenizer.Message{Role: tokenizer.RoleAssistant, Content: a},
-					tokenizer.Message{Role: tokenizer.RoleUser, Content: res.Observation})
+				msgs = append(msgs, lhtok.Message{Role: lhtok.RoleAssistant, Content: a},
+					lhtok.Message{Role: lhtok.RoleUser, Content: res.Observation})
 			}
 		}
 	}
-	if _, err := GuessOracle([]tokenizer.Message{{Role: tokenizer.RoleUser, Content: "start 3 +1"}}); err == nil {
+	if _, err := GuessOracle([]lhtok.Message{{Role: lhtok.RoleUser, Content: "start 3 +1"}}); err == nil {
 		t.Fatal("a ledger prompt was read as a guess range")
 	}
 }

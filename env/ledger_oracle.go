@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // ErrOracle is returned when the ledger oracle cannot read its context.
@@ -28,14 +28,14 @@ func LedgerAnswer(action string) string {
 // r = (b+d) mod 10. Asked to summarise (the last user message is
 // summaryRequest), it replies with the balance it carries forward. It
 // succeeds exactly when compaction keeps the most recent answer.
-func LedgerOracle(msgs []tokenizer.Message, summaryRequest string) (string, error) {
+func LedgerOracle(msgs []lhtok.Message, summaryRequest string) (string, error) {
 	// A generation prompt ends with an empty assistant turn: drop it.
-	if n := len(msgs); n > 0 && msgs[n-1].Role == tokenizer.RoleAssistant && msgs[n-1].Content == "" {
+	if n := len(msgs); n > 0 && msgs[n-1].Role == lhtok.RoleAssistant && msgs[n-1].Content == "" {
 		msgs = msgs[:n-1]
 	}
 	last := -1
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == tokenizer.RoleUser {
+		if msgs[i].Role == lhtok.RoleUser {
 			last = i
 			break
 		}
@@ -73,15 +73,15 @@ func startAndDelta(f []string) (int, int, error) {
 
 // ledgerBalanceBefore returns the last balance stated before message end:
 // an assistant answer, a summary, or the task's start plus first delta.
-func ledgerBalanceBefore(msgs []tokenizer.Message, end int) (int, error) {
+func ledgerBalanceBefore(msgs []lhtok.Message, end int) (int, error) {
 	for i := end - 1; i >= 0; i-- {
 		m := msgs[i]
 		switch m.Role {
-		case tokenizer.RoleAssistant, tokenizer.RoleSummary:
+		case lhtok.RoleAssistant, lhtok.RoleSummary:
 			if b, err := strconv.Atoi(LedgerAnswer(m.Content)); err == nil {
 				return b, nil
 			}
-		case tokenizer.RoleUser:
+		case lhtok.RoleUser:
 			if f := strings.Fields(m.Content); len(f) == 3 && f[0] == "start" {
 				s, d, err := startAndDelta(f)
 				return mod10(s + d), err

@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // RecallOracle returns the scripted recall agent of params (env.params),

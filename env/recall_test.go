@@ -10,10 +10,11 @@ import (
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // TestRecallTasks checks the drawn episodes: the configured shape, codes
@@ -169,7 +170,7 @@ func recallRun(t *testing.T, params string, cc compaction.Config, budget, i int)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &scripted.Func{Reply: func(req gen.Request) (string, error) { return oracle(tokenizer.Parse(req.Prompt)) }}
+	g := &scripted.Func{Reply: func(req gen.Request) (string, error) { return oracle(bytetok.Parse(req.Prompt)) }}
 	res, err := rollout.Run(context.Background(), rollout.Spec{Seed: 5, Rollout: runlog.RolloutID{Group: runlog.GroupID(i)},
 		Task: task, NewEnv: func(context.Context) (env.Environment, error) { return reg.New("recall", raw) },
 		Generator: g, Recorder: &scripted.Recorder{}, ObservationRole: tokenizer.RoleUser,

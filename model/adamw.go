@@ -5,9 +5,8 @@ import "math"
 // AdamW applies one AdamW update (torch semantics, decoupled weight decay
 // when decay is set) with learning rate lr to one contiguous run of
 // parameters w, their gradient g and float64 moments m and v; step is the
-// number of updates taken before this one. Both trainers (this package's
-// and model/llama's) call it per tensor, so they update weights with the
-// same arithmetic, bit for bit.
+// number of updates taken before this one. The trainer calls it per
+// tensor, so every tensor is updated with the same arithmetic, bit for bit.
 // https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
 func (oc OptimConfig) AdamW(step int64, lr float64, w, g []float32, m, v []float64, decay bool) {
 	b1, b2 := oc.Beta1, oc.Beta2

@@ -11,7 +11,7 @@ func TestDecodeAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
-	m := testModel(t, smallConfig(PosRope), 1, 1)
+	m := testModel(t, smallConfig(), 1, 1)
 	ctx := context.Background()
 	allocs := func(n int) float64 {
 		reqs := []SampleRequest{{Prompt: []int32{1, 2, 3}, MaxTokens: n, Temperature: 1, Seed: 1},

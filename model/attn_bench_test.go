@@ -13,8 +13,8 @@ import (
 // ("rot").
 func BenchmarkAttnDecodeRow(b *testing.B) {
 	cfg := DefaultConfig()
-	cfg.Context = 256
-	H, hs, T := cfg.Heads, cfg.HeadDim(), cfg.Context
+	cfg.MaxPos = 256
+	H, hs, T := cfg.Heads, cfg.HeadDim, cfg.MaxPos
 	r := rand.New(rand.NewPCG(3, 4))
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	for _, caches := range []int{1, 32} {
@@ -30,7 +30,7 @@ func BenchmarkAttnDecodeRow(b *testing.B) {
 			b.Run(fmt.Sprintf("caches%d/nk%d", caches, nk), func(b *testing.B) {
 				for i := range b.N {
 					c := i % caches
-					attnDecodeRow(out, probs, q, kvs[c], vs[c], nk, T, H, hs, scale)
+					attnDecodeRow(out, probs, q, kvs[c], vs[c], nk, T, H, 1, hs, scale)
 				}
 			})
 		}

@@ -30,20 +30,20 @@ var (
 // so the bits do not change.
 
 // decodeScoresHeads writes, for every head h, probs[h·ps + j] = Σ_p
-// q[h·hs+p]·kt[h·hs·ktLen(T) + ktAt(hs, j, p)] for j < nk (lanes up to nk
-// rounded up to the vector width hold values that are never read). A
-// kernel call's vectors of keys lie in one block (ktBlock is decodeVecs
-// vectors), whose rows are ktBlock floats apart.
-func decodeScoresHeads(probs []float32, ps int, q, kt []float32, nk, T, H, hs int) {
+// q[h·hs+p]·kt[g·hs·ktLen(T) + ktAt(hs, j, p)] for j < nk, g = h/rep its
+// kv head (lanes up to nk rounded up to the vector width hold values that
+// are never read). A kernel call's vectors of keys lie in one block
+// (ktBlock is decodeVecs vectors), whose rows are ktBlock floats apart.
+func decodeScoresHeads(probs []float32, ps int, q, kt []float32, nk, T, H, rep, hs int) {
 	L, tl := decodeLanes, ktLen(T)
 	if !fusedDecode {
 		for h := range H {
-			decodeScores(probs[h*ps:], q[h*hs:(h+1)*hs], kt[h*hs*tl:], nk)
+			decodeScores(probs[h*ps:], q[h*hs:(h+1)*hs], kt[(h/rep)*hs*tl:], nk)
 		}
 		return
 	}
 	chunks := (nk + L - 1) / L
-	_ = kt[H*hs*tl-1]
+	_ = kt[(H/rep)*hs*tl-1]
 	_ = q[H*hs-1]
 	_ = probs[(H-1)*ps+chunks*L-1]
 	G, VM := decodeHeads, decodeVecs
@@ -56,7 +56,7 @@ func decodeScoresHeads(probs []float32, ps int, q, kt []float32, nk, T, H, hs in
 				// twice with the same values)
 				h := min(h0+g, H-1)
 				xp[g] = unsafe.Pointer(&q[h*hs])
-				yp[g] = unsafe.Pointer(&kt[h*hs*tl+ktAt(hs, c0*L, 0)])
+				yp[g] = unsafe.Pointer(&kt[(h/rep)*hs*tl+ktAt(hs, c0*L, 0)])
 				op[g] = unsafe.Pointer(&probs[h*ps+c0*L])
 			}
 			chains(L, V, hs, &xp, 4, &yp, ktBlock*4, &op)
@@ -65,17 +65,17 @@ func decodeScoresHeads(probs []float32, ps int, q, kt []float32, nk, T, H, hs in
 }
 
 // decodeValuesHeads writes, for every head h, out[h·hs + c] = Σ_j
-// probs[h·ps + j]·v[(h·T + j)·hs + c] for c < hs.
-func decodeValuesHeads(out, probs []float32, ps int, v []float32, nk, T, H, hs int) {
+// probs[h·ps + j]·v[(g·T + j)·hs + c] for c < hs, g = h/rep its kv head.
+func decodeValuesHeads(out, probs []float32, ps int, v []float32, nk, T, H, rep, hs int) {
 	L := decodeLanes
 	if !fusedDecode || hs%L != 0 {
 		for h := range H {
-			decodeValues(out[h*hs:(h+1)*hs], probs[h*ps:h*ps+nk], v[h*T*hs:])
+			decodeValues(out[h*hs:(h+1)*hs], probs[h*ps:h*ps+nk], v[(h/rep)*T*hs:])
 		}
 		return
 	}
 	chunks := hs / L
-	_ = v[((H-1)*T+nk)*hs-1]
+	_ = v[((H/rep-1)*T+nk)*hs-1]
 	_ = probs[(H-1)*ps+nk-1]
 	_ = out[H*hs-1]
 	G, VM := decodeHeads, decodeVecs
@@ -86,7 +86,7 @@ func decodeValuesHeads(out, probs []float32, ps int, v []float32, nk, T, H, hs i
 			for g := range G {
 				h := min(h0+g, H-1)
 				xp[g] = unsafe.Pointer(&probs[h*ps])
-				yp[g] = unsafe.Pointer(&v[h*T*hs+c0*L])
+				yp[g] = unsafe.Pointer(&v[(h/rep)*T*hs+c0*L])
 				op[g] = unsafe.Pointer(&out[h*hs+c0*L])
 			}
 			chains(L, V, nk, &xp, 4, &yp, uintptr(hs)*4, &op)

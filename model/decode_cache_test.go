@@ -45,7 +45,7 @@ func TestDecodeCopiesFollowWeights(t *testing.T) {
 		return true
 	}
 	before := gen(m)
-	if !m.dpk.packed {
+	if !m.dc.packed {
 		t.Fatal("decode did not pack its weights")
 	}
 	if again := gen(m); !same(again, before) {

@@ -36,14 +36,15 @@ const (
 )
 
 // maxPooledKV bounds the KV caches a model and its clones keep between
-// Generate calls (each is about 3·L·ctx·d floats).
+// Generate calls (each is about 3·L·T·K·hd floats).
 const maxPooledKV = 64
 
 // genSeq is one request's decoding state.
 type genSeq struct {
 	req     *SampleRequest
 	res     *SampleResult
-	kv      []layerKV
+	kv      *kvCache
+	need    int       // positions the request may fill: prompt + completion
 	pos     int       // positions held in kv
 	pending int32     // token to feed at pos on the next decode step
 	logits  []float32 // (V) logits for position pos
@@ -54,28 +55,34 @@ type genSeq struct {
 
 // decodeWS is one shard's buffers for a decode step of B sequences.
 type decodeWS struct {
-	B               int
-	x, ln, qkv, att []float32 // (B, d), (B, d), (B, 3d), (B, d)
-	rstd            []float32 // (B)
-	h, sig, act     []float32 // (B, 2F), (B, F), (B, F)
-	logits          []float32 // (B, V)
-	probs           []float32 // (H, probStride(ctx)) one row's attention scores/probabilities per head
-	active, next    []*genSeq
-	packed          bool // this call reads decode's packed panels (packDecode)
+	B            int
+	x, ln, att   []float32 // (B, d), (B, d), (B, H·hd)
+	qkv          []float32 // (B, H·hd + 2·K·hd): rows [q | k | v]
+	qn           []float32 // (H·hd + K·hd) one row's normed q and k (qwen3)
+	nrstd        []float32 // (H + K)
+	rstd         []float32 // (B)
+	h, sig, act  []float32 // (B, 2F) rows [gate | up], (B, F), (B, F)
+	logits       []float32 // (B, V)
+	probs        []float32 // (H, probStride(ctx)) one row's attention scores/probabilities per head
+	active, next []*genSeq
+	mode         decodeMode // how this call reads the weights (decodeWeights)
+	par          int        // > 1: each product's columns over this many cores (one decode for the whole call)
 }
 
 func (m *Model) decodeWS(shard, B int) *decodeWS {
 	c := m.cfg
 	dw := m.dec[shard]
 	if dw == nil {
-		dw = &decodeWS{probs: make([]float32, c.Heads*probStride(c.Context))}
+		q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+		dw = &decodeWS{probs: make([]float32, c.Heads*probStride(m.ctx)), qn: make([]float32, q+kv),
+			nrstd: make([]float32, c.Heads+c.KVHeads)}
 		m.dec[shard] = dw
 	}
 	if dw.B < B {
-		d, f := c.Dim, c.Hidden
+		d, f, q, kv := c.Dim, c.Hidden, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 		dw.B = B
-		dw.x, dw.ln, dw.att = make([]float32, B*d), make([]float32, B*d), make([]float32, B*d)
-		dw.qkv = make([]float32, B*3*d)
+		dw.x, dw.ln, dw.att = make([]float32, B*d), make([]float32, B*d), make([]float32, B*q)
+		dw.qkv = make([]float32, B*(q+2*kv))
 		dw.rstd = make([]float32, B)
 		dw.h, dw.sig, dw.act = make([]float32, B*2*f), make([]float32, B*f), make([]float32, B*f)
 		dw.logits = make([]float32, B*c.Vocab)
@@ -94,8 +101,16 @@ func (m *Model) Generate(ctx context.Context, reqs []SampleRequest) ([]SampleRes
 	return m.generate(ctx, reqs, -1)
 }
 
-// Lanes is how many GenerateOn calls may run at once.
-func (m *Model) Lanes() int { return nShards }
+// Lanes is how many GenerateOn calls may run at once: one per core, or 1
+// for a model too big for decode's copies, whose every decode step streams
+// the weights from memory and needs both cores' bandwidth (its Generate
+// splits each product's columns over the cores).
+func (m *Model) Lanes() int {
+	if !m.decodeCopies() {
+		return 1
+	}
+	return nShards
+}
 
 // GenerateOn is Generate on one lane (one core, lane in [0, Lanes())): the
 // whole call runs on the calling goroutine with that lane's buffers, so a
@@ -110,22 +125,12 @@ func (m *Model) GenerateOn(ctx context.Context, lane int, reqs []SampleRequest) 
 	return m.generate(ctx, reqs, lane)
 }
 
-// prepareGenerate readies what every call of these weights shares and
-// returns their prefix-cache key. decode's head is a plain product with the
-// transposed embedding: the same chains as training's MatMulNT, without a
-// transpose per step (nor per call while the weights stay the same).
+// prepareGenerate readies what every call of these weights shares (the
+// transposed decode weights, decode.go) and returns their prefix-cache key.
 func (m *Model) prepareGenerate() uint64 {
 	m.prep.Lock()
 	defer m.prep.Unlock()
-	c := m.cfg
-	if m.wteT == nil {
-		m.wteT = make([]float32, c.Dim*c.Vocab)
-		m.wteTv = m.wver - 1
-	}
-	if m.wteTv != m.wver {
-		kern.Transpose(m.wteT, m.p.wte, c.Vocab, c.Dim)
-		m.wteTv = m.wver
-	}
+	m.transposeDecode()
 	return m.prefixKey()
 }
 
@@ -141,7 +146,12 @@ func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([
 	res := make([]SampleResult, len(reqs))
 	seqs := make([]*genSeq, len(reqs))
 	for i := range reqs {
-		seqs[i] = &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed))}
+		n := m.ctx - len(reqs[i].Prompt)
+		if reqs[i].MaxTokens > 0 {
+			n = min(n, reqs[i].MaxTokens)
+		}
+		seqs[i] = &genSeq{req: &reqs[i], res: &res[i], logits: make([]float32, c.Vocab), r: rand.New(rng.NewPCG(reqs[i].Seed)),
+			need: len(reqs[i].Prompt) + n}
 	}
 	kept := false
 	defer func() {
@@ -177,7 +187,7 @@ func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([
 	}
 	// the prefix cache: a request covered at least as far by a sequence an
 	// earlier call computed starts from it instead (a root)
-	fromCache := m.kv.seed(key, seqs, parent, shared, c)
+	fromCache := m.kv.seed(key, seqs, parent, shared, m.kvShape(), m.ctx)
 	// Prefill runs level by level of the prefix trees (roots, then the
 	// requests whose parent is a root, ...), each level's requests spread
 	// over the shards by prefill tokens, longest first: a lone group's
@@ -223,7 +233,7 @@ func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([
 		// one lane: every level in order on its own workspace
 		prefillShards = [nShards]int{}
 		prefillShards[lane] = prefilled
-		errs[0] = m.prefillLane(ctx, m.workspace(lane, false), seqs, byLevel, parent, shared)
+		errs[0] = m.prefillLane(ctx, lane, seqs, byLevel, parent, shared)
 	} else {
 		m.prefillOnShards(ctx, seqs, byLevel, shardOf, parent, shared, &errs)
 	}
@@ -239,15 +249,20 @@ func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([
 	// decode: contiguous shards balanced by the most tokens each may take
 	cost := make([]int, len(seqs))
 	for i, s := range seqs {
-		cost[i] = c.Context - len(s.req.Prompt)
-		if s.req.MaxTokens > 0 {
-			cost[i] = min(cost[i], s.req.MaxTokens)
-		}
+		cost[i] = s.need - len(s.req.Prompt)
 	}
-	packed := m.packDecode(cost, lane)
-	if lane >= 0 {
-		dw := m.decodeWS(lane, len(seqs))
-		dw.packed = packed
+	mode := m.decodeWeights(cost, lane)
+	if lane >= 0 || mode == decodeInPlace {
+		// one decode loop: on the lane, or (a model too big for copies:
+		// every step streams the weights) over all rows at once with each
+		// product's columns split over the cores, so the weights are read
+		// once per step, not once per shard
+		sh, par := lane, 1
+		if lane < 0 {
+			sh, par = 0, nShards
+		}
+		dw := m.decodeWS(sh, len(seqs))
+		dw.mode, dw.par = mode, par
 		if err := m.decode(ctx, dw, seqs); err != nil {
 			return nil, fmt.Errorf("model: generate: %w", err)
 		}
@@ -257,7 +272,7 @@ func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([
 			lo, hi := split[sh][0], split[sh][1]
 			if lo < hi {
 				dw := m.decodeWS(sh, hi-lo)
-				dw.packed = packed
+				dw.mode, dw.par = mode, 1
 				errs[sh] = m.decode(ctx, dw, seqs[lo:hi])
 			}
 		})
@@ -267,16 +282,17 @@ func (m *Model) generate(ctx context.Context, reqs []SampleRequest, lane int) ([
 			}
 		}
 	}
-	m.kv.keep(key, seqs, c)
+	m.kv.keep(key, seqs, m.kvShape())
 	kept = true
 	return res, nil
 }
 
-// prefillLane prefills every request on one workspace, level by level.
-func (m *Model) prefillLane(ctx context.Context, ws *workspace, seqs []*genSeq, byLevel [][]int, parent, shared []int) error {
+// prefillLane prefills every request on one lane's workspace, level by
+// level.
+func (m *Model) prefillLane(ctx context.Context, lane int, seqs []*genSeq, byLevel [][]int, parent, shared []int) error {
 	for _, idx := range byLevel {
 		for _, i := range idx {
-			if err := m.prefill(ctx, ws, seqs, i, parent[i], shared[i]); err != nil {
+			if err := m.prefill(ctx, lane, 1, seqs, i, parent[i], shared[i]); err != nil {
 				return err
 			}
 		}
@@ -291,22 +307,18 @@ func (m *Model) prefillOnShards(ctx context.Context, seqs []*genSeq, byLevel [][
 		if len(idx) == 1 {
 			// a lone request (the root of a single group): its products and
 			// heads go over both cores instead of leaving one idle
-			ws := m.workspace(0, false)
-			ws.par = nShards
-			errs[0] = m.prefill(ctx, ws, seqs, idx[0], parent[idx[0]], shared[idx[0]])
-			ws.par = 0
+			errs[0] = m.prefill(ctx, 0, nShards, seqs, idx[0], parent[idx[0]], shared[idx[0]])
 			if errs[0] != nil {
 				break
 			}
 			continue
 		}
 		runShards(func(sh int) {
-			ws := m.workspace(sh, false)
 			for _, i := range idx {
 				if shardOf[i] != sh {
 					continue
 				}
-				if errs[sh] = m.prefill(ctx, ws, seqs, i, parent[i], shared[i]); errs[sh] != nil {
+				if errs[sh] = m.prefill(ctx, sh, 1, seqs, i, parent[i], shared[i]); errs[sh] != nil {
 					return
 				}
 			}
@@ -318,9 +330,10 @@ func (m *Model) prefillOnShards(ctx context.Context, seqs []*genSeq, byLevel [][
 }
 
 // prefill computes request i's prompt past the shared positions it copies
-// from its parent (or, parent −1, already holds from the prefix cache),
-// leaving its next-token logits in seqs[i].
-func (m *Model) prefill(ctx context.Context, ws *workspace, seqs []*genSeq, i, parent, shared int) error {
+// from its parent (or, parent −1, already holds from the prefix cache) on
+// shard sh's workspace (its products over par cores), leaving its
+// next-token logits in seqs[i].
+func (m *Model) prefill(ctx context.Context, sh, par int, seqs []*genSeq, i, parent, shared int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -328,14 +341,17 @@ func (m *Model) prefill(ctx context.Context, ws *workspace, seqs []*genSeq, i, p
 	s := seqs[i]
 	p := s.req.Prompt
 	if parent >= 0 {
-		copyKV(s.kv, seqs[parent].kv, shared, c)
+		copyKV(s.kv, seqs[parent].kv, shared, m.kvShape())
 	}
 	if shared == len(p) {
 		copy(s.logits, seqs[parent].logits)
 	} else {
+		ws := m.workspace(sh, len(p)-shared, false)
+		ws.par = par
 		m.forward(ws, p[shared:], shared, s.kv, true)
+		ws.par = 0
 		copy(s.logits, ws.logits[:c.Vocab])
-		transposeKeys(s.kv, shared, len(p), c)
+		transposeKeys(s.kv, shared, len(p), m.kvShape())
 	}
 	s.pos = len(p)
 	return nil
@@ -351,26 +367,31 @@ func lcp(a, b []int32) int {
 	return n
 }
 
-// copyKV copies positions [0, n) of every layer and head (the transposed
-// keys in whole blocks: positions past n are overwritten before they are
-// read).
-func copyKV(dst, src []layerKV, n int, c Config) {
-	T, hs := c.Context, c.HeadDim()
-	tl := ktLen(T)
-	nb := (n + ktBlock - 1) / ktBlock * ktBlock * hs
-	for l := range dst {
-		for h := range c.Heads {
-			o := h * T * hs
-			copy(dst[l].k[o:o+n*hs], src[l].k[o:o+n*hs])
-			copy(dst[l].v[o:o+n*hs], src[l].v[o:o+n*hs])
-			o = h * hs * tl
-			copy(dst[l].kt[o:o+nb], src[l].kt[o:o+nb])
+// kvDims is what the KV-cache helpers need of the config.
+type kvDims struct{ K, hd int }
+
+func (m *Model) kvShape() kvDims { return kvDims{m.cfg.KVHeads, m.cfg.HeadDim} }
+
+// copyKV copies positions [0, n) of every layer and kv head (the
+// transposed keys in whole blocks: positions past n are overwritten before
+// they are read); the caches may differ in size.
+func copyKV(dst, src *kvCache, n int, c kvDims) {
+	hd := c.hd
+	dl, sl := ktLen(dst.T), ktLen(src.T)
+	nb := min((n+ktBlock-1)/ktBlock*ktBlock, dl, sl) * hd
+	for l := range dst.l {
+		d, s := &dst.l[l], &src.l[l]
+		for g := range c.K {
+			do, so := g*dst.T*hd, g*src.T*hd
+			copy(d.k[do:do+n*hd], s.k[so:so+n*hd])
+			copy(d.v[do:do+n*hd], s.v[so:so+n*hd])
+			copy(d.kt[g*hd*dl:g*hd*dl+nb], s.kt[g*hd*sl:g*hd*sl+nb])
 		}
 	}
 }
 
 // transposeKeys fills kt from k for positions [p0, p1).
-func transposeKeys(kv []layerKV, p0, p1 int, c Config) {
+func transposeKeys(kv *kvCache, p0, p1 int, c kvDims) {
 	eachKeyRow(kv, p0, p1, c, func(row, kt []float32, pos int) {
 		for p, v := range row {
 			kt[ktAt(len(row), pos, p)] = v
@@ -378,16 +399,17 @@ func transposeKeys(kv []layerKV, p0, p1 int, c Config) {
 	})
 }
 
-// eachKeyRow calls f with the key row of every layer and head at each
+// eachKeyRow calls f with the key row of every layer and kv head at each
 // position of [p0, p1), and the head's blocked transposed keys.
-func eachKeyRow(kv []layerKV, p0, p1 int, c Config, f func(row, kt []float32, pos int)) {
-	T, hs := c.Context, c.HeadDim()
+func eachKeyRow(kv *kvCache, p0, p1 int, c kvDims, f func(row, kt []float32, pos int)) {
+	T, hd := kv.T, c.hd
 	tl := ktLen(T)
-	for l := range kv {
-		for h := range c.Heads {
-			kt := kv[l].kt[h*hs*tl : (h+1)*hs*tl]
+	for l := range kv.l {
+		lk := &kv.l[l]
+		for g := range c.K {
+			kt := lk.kt[g*hd*tl : (g+1)*hd*tl]
 			for pos := p0; pos < p1; pos++ {
-				f(kv[l].k[(h*T+pos)*hs:(h*T+pos+1)*hs], kt, pos)
+				f(lk.k[(g*T+pos)*hd:(g*T+pos+1)*hd], kt, pos)
 			}
 		}
 	}
@@ -398,14 +420,11 @@ func (m *Model) decode(ctx context.Context, dw *decodeWS, seqs []*genSeq) error 
 	c := m.cfg
 	active := dw.active[:0]
 	for _, s := range seqs {
-		if s.pos >= c.Context {
+		if s.pos >= m.ctx {
 			s.res.Finish = FinishLength // a full prompt leaves no room
 			continue
 		}
-		n := c.Context - s.pos
-		if s.req.MaxTokens > 0 {
-			n = min(n, s.req.MaxTokens)
-		}
+		n := s.need - s.pos
 		s.res.Tokens = make([]int32, 0, n)
 		s.res.Logprobs = make([]float32, 0, n)
 		active = append(active, s)
@@ -422,7 +441,7 @@ func (m *Model) decode(ctx context.Context, dw *decodeWS, seqs []*genSeq) error 
 			switch {
 			case isStop(tok, s.req.Stop):
 				s.res.Finish = FinishStop
-			case len(s.res.Tokens) == s.req.MaxTokens, s.pos+1 >= c.Context:
+			case len(s.res.Tokens) == s.req.MaxTokens, s.pos+1 >= m.ctx:
 				s.res.Finish = FinishLength
 			default:
 				s.pending = tok

@@ -2,16 +2,12 @@ package model
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 )
-
-func smallConfig(pos string) Config {
-	return Config{Vocab: 264, Dim: 32, Heads: 4, Layers: 2, Hidden: 48, Context: 96,
-		Positions: pos, RopeTheta: 10000, NormEps: 1e-5}
-}
 
 // groupRequests builds G requests per prompt: members share a prompt, and
 // the second prompt shares a 40-token prefix with the first (partial prefill
@@ -35,10 +31,9 @@ func groupRequests(r *rand.Rand, vocab, G int) []SampleRequest {
 // to the training forward's for the same tokens (the bound in the spec is
 // 1e-5; same kernels and summation order make it exact).
 func TestGenerateLogprobsMatchTraining(t *testing.T) {
-	wide := smallConfig(PosRope)
-	wide.Dim, wide.Heads = 80, 2 // hs 40: full and partial 32-lane column blocks in decode
-	cfgs := map[string]Config{"rope": smallConfig(PosRope), "learned": smallConfig(PosLearned), "rope_hs40": wide}
-	for _, name := range []string{"rope", "learned", "rope_hs40"} {
+	wide := builtinConfig(80, 2, 2, 48, 96) // hd 40: full and partial 32-lane column blocks in decode
+	cfgs := map[string]Config{"builtin": smallConfig(), "qwen3": qwen3Small(), "hd40": wide, "qwen2": qwen2Small(), "llama": llamaSmall()}
+	for _, name := range slices.Sorted(maps.Keys(cfgs)) {
 		t.Run(name, func(t *testing.T) {
 			m := testModel(t, cfgs[name], 11, 5)
 			reqs := groupRequests(rand.New(rand.NewPCG(1, 2)), m.cfg.Vocab, 4)
@@ -79,7 +74,7 @@ func TestGenerateLogprobsMatchTraining(t *testing.T) {
 // TestGenerateBatchInvariant: a request samples the same tokens and
 // logprobs alone, in a batch, and on a second call.
 func TestGenerateBatchInvariant(t *testing.T) {
-	m := testModel(t, smallConfig(PosRope), 12, 5)
+	m := testModel(t, smallConfig(), 12, 5)
 	ctx := context.Background()
 	reqs := groupRequests(rand.New(rand.NewPCG(3, 4)), m.cfg.Vocab, 3)
 	all, err := m.Generate(ctx, reqs)
@@ -115,7 +110,7 @@ func TestGenerateBatchInvariant(t *testing.T) {
 }
 
 func TestGenerateStopsAndLimits(t *testing.T) {
-	m := testModel(t, smallConfig(PosLearned), 13, 5)
+	m := testModel(t, qwen3Small(), 13, 5)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(5, 6))
 	p := randTokens(r, 10, m.cfg.Vocab)
@@ -136,8 +131,8 @@ func TestGenerateStopsAndLimits(t *testing.T) {
 		t.Fatalf("stop: got %v (%s), want %d tokens ending in the stop token", s[0].Tokens, s[0].Finish, want)
 	}
 	// context full: prompt+completion never exceeds Context
-	long := randTokens(r, m.cfg.Context-3, m.cfg.Vocab)
-	full := randTokens(r, m.cfg.Context, m.cfg.Vocab)
+	long := randTokens(r, m.ctx-3, m.cfg.Vocab)
+	full := randTokens(r, m.ctx, m.cfg.Vocab)
 	c, err := m.Generate(ctx, []SampleRequest{{Prompt: long, Temperature: 1}, {Prompt: full, Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +193,7 @@ func TestSamplerDistribution(t *testing.T) {
 // members that extend it differently, as a group's later turns do)
 // prefills on both shards, and each member samples what it samples alone.
 func TestPrefillSpreadsOneGroup(t *testing.T) {
-	m := testModel(t, smallConfig(PosRope), 13, 5)
+	m := testModel(t, smallConfig(), 13, 5)
 	r := rand.New(rand.NewPCG(5, 6))
 	root := randTokens(r, 30, m.cfg.Vocab)
 	reqs := []SampleRequest{{Prompt: root, MaxTokens: 4, Temperature: 1, Seed: 1}}

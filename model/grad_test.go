@@ -3,83 +3,17 @@ package model
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"testing"
 )
 
-func tinyConfig(pos string, ctx int) Config {
-	return Config{Vocab: 16, Dim: 8, Heads: 2, Layers: 2, Hidden: 12, Context: ctx,
-		Positions: pos, RopeTheta: 10000, NormEps: 1e-5}
-}
-
-// testModel returns a model whose weights are scaled up from the usual
-// init, so activations and gradients are far from zero and every
-// nonlinearity is exercised.
-func testModel(t testing.TB, cfg Config, seed uint64, scale float32) *Model {
-	t.Helper()
-	m, err := New(cfg, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := rand.New(rand.NewPCG(seed, 7))
-	for _, s := range m.specs {
-		w := m.w[s.off : s.off+s.size]
-		for i := range w {
-			if len(s.shape) == 1 {
-				w[i] = 1 + 0.3*float32(r.NormFloat64())
-			} else {
-				w[i] *= scale
-			}
-		}
-	}
-	return m
-}
-
-func randTokens(r *rand.Rand, n, vocab int) []int32 {
-	t := make([]int32, n)
-	for i := range t {
-		t[i] = int32(r.IntN(vocab))
-	}
-	return t
-}
-
-// testSeqs builds sequences with masks, advantages, and old/ref logprobs
-// offset from the model's own so some ratios fall inside the clip range and
-// some outside (well away from its edges, where the loss has kinks).
-func testSeqs(t testing.TB, m *Model, lens []int, seed uint64) []Sequence {
-	t.Helper()
-	r := rand.New(rand.NewPCG(seed, 1))
-	toks := make([][]int32, len(lens))
-	for i, n := range lens {
-		toks[i] = randTokens(r, n, m.cfg.Vocab)
-	}
-	lps, err := m.Logprobs(context.Background(), toks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	offsets := []float32{-0.5, 0, 0.05, 0.5}
-	seqs := make([]Sequence, len(lens))
-	for i, n := range lens {
-		s := Sequence{Tokens: toks[i], Mask: make([]uint8, n), Advantages: make([]float32, n),
-			OldLogprobs: make([]float32, n), RefLogprobs: make([]float32, n)}
-		for j := 1; j < n; j++ {
-			if r.IntN(4) != 0 {
-				s.Mask[j] = 1
-			}
-			s.Advantages[j] = float32(r.NormFloat64())
-			s.OldLogprobs[j] = lps[i][j] + offsets[r.IntN(len(offsets))]
-			s.RefLogprobs[j] = lps[i][j] + 0.3*float32(r.NormFloat64())
-		}
-		seqs[i] = s
-	}
-	return seqs
-}
-
 // TestGradientCheck compares the hand-written backward pass with central
 // finite differences of the loss, for every element of every parameter
-// tensor, for the PG loss (masks, advantages, clipping, KL) under both
-// normalisations and for the SFT loss, with rope and learned positions.
-// ctx 40 > attnBlock, so the block-causal attention has two blocks.
+// tensor of a tiny built-in configuration, for the PG loss (masks,
+// advantages, clipping, KL) under both normalisations and for the SFT
+// loss; ctx 40 > attnBlock, so the block-causal attention has two blocks.
+// The default configuration itself is checked on an even spread of each
+// tensor's elements. Under -race and -short (the portable build's loops
+// are 20-35x slower) every tensor is checked on an even spread.
 func TestGradientCheck(t *testing.T) {
 	losses := []struct {
 		name string
@@ -89,18 +23,48 @@ func TestGradientCheck(t *testing.T) {
 		{"pg_seq_mean", LossConfig{Kind: LossPG, Norm: NormSeqMean}},
 		{"sft", LossConfig{Kind: LossSFT}},
 	}
-	for _, pos := range []string{PosRope, PosLearned} {
-		for _, tc := range losses {
-			t.Run(pos+"/"+tc.name, func(t *testing.T) {
-				m := testModel(t, tinyConfig(pos, 40), 3, 15)
+	for _, tc := range losses {
+		t.Run("builtin_tiny/"+tc.name, func(t *testing.T) {
+			m := testModel(t, tinyConfig(40), 3, 15)
+			seqs := testSeqs(t, m, []int{40, 11, 7}, 5)
+			checkGradient(t, m, seqs, tc.lc, 0, 1e-3)
+		})
+	}
+	t.Run("builtin_default/pg", func(t *testing.T) {
+		if raceEnabled || testing.Short() {
+			t.Skip("the tiny configuration covers the code under -race and -short")
+		}
+		m := testModel(t, DefaultConfig(), 3, 4)
+		seqs := testSeqs(t, m, []int{36, 9}, 5)
+		checkGradient(t, m, seqs, losses[0].lc, 32, 4e-3)
+	})
+}
+
+// TestGradientCheckFamilies is TestGradientCheck for tiny Qwen3 (q/k norm,
+// GQA, tied, head_dim ≠ d/H), Llama (untied, attention bias, llama3 rope
+// scaling, GQA with one kv head) and Qwen2 (q/k/v biases, yarn, MHA)
+// configurations, every element of every tensor.
+func TestGradientCheckFamilies(t *testing.T) {
+	for name, cfg := range tinyConfigs() {
+		for _, lc := range []LossConfig{
+			{Kind: LossPG, ClipLow: 0.2, ClipHigh: 0.28, KLCoef: 0.1},
+			{Kind: LossSFT, Norm: NormSeqMean},
+		} {
+			t.Run(name+"/"+lc.Kind, func(t *testing.T) {
+				if (raceEnabled || testing.Short()) && (name != "qwen3" || lc.Kind != LossPG) {
+					t.Skip("under -race and -short one family and loss suffice (the race detector makes each loss evaluation ~20x slower)")
+				}
+				m := testModel(t, cfg, 3, 8)
 				seqs := testSeqs(t, m, []int{40, 11, 7}, 5)
-				checkGradient(t, m, seqs, tc.lc)
+				checkGradient(t, m, seqs, lc, 0, 4e-3)
 			})
 		}
 	}
 }
 
-func checkGradient(t *testing.T, m *Model, seqs []Sequence, lc LossConfig) {
+// checkGradient checks every element of every tensor, or an even spread
+// of per of each (per > 0), with central differences of step eps.
+func checkGradient(t *testing.T, m *Model, seqs []Sequence, lc LossConfig, per int, eps float32) {
 	ctx := context.Background()
 	grad := make([]float32, len(m.w))
 	st, err := m.gradient(ctx, seqs, lc, grad)
@@ -117,13 +81,16 @@ func checkGradient(t *testing.T, m *Model, seqs []Sequence, lc LossConfig) {
 		}
 		return s.Loss
 	}
-	const eps = 1e-3
 	for _, s := range m.specs {
 		var num, den, maxAbs float64
-		// every element, or an even spread of them under the race detector
+		// every element, or an even spread of them under the race
+		// detector and -short
 		step := 1
-		if raceEnabled {
+		if raceEnabled || testing.Short() {
 			step = max(1, s.size/12)
+		}
+		if per > 0 {
+			step = max(1, s.size/per)
 		}
 		for i := s.off; i < s.off+s.size; i += step {
 			w0 := m.w[i]

@@ -1,6 +1,9 @@
 package model
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // kvPool keeps KV caches between Generate calls. A model and its clones
 // share one: the RL loop publishes every new version as a fresh Clone, and
@@ -12,7 +15,8 @@ import "sync"
 // sequence they hold, for later calls of the same weights.
 type kvPool struct {
 	mu   sync.Mutex
-	free [][]layerKV
+	cfg  Config // of the model and its clones
+	free []*kvCache
 
 	entries []*prefixEntry // the prefix cache, at most budget bytes of caches
 	budget  int64          // bytes; 0 turns the prefix cache off
@@ -21,28 +25,42 @@ type kvPool struct {
 	keys    uint64         // the last weights key handed out (newKey)
 }
 
-func newKVPool() *kvPool { return &kvPool{budget: defaultPrefixBudget} }
+func newKVPool(cfg Config) *kvPool { return &kvPool{cfg: cfg, budget: defaultPrefixBudget} }
 
-// get returns a cache for c: a spare one, else the least recently used
-// prefix entry of other weights than key (a stale version's or another
-// clone's; taking it saves allocating and zeroing a cache while the
-// entries of a version nobody generates with any more sit idle), else a
-// new one. The caller holds p.mu.
-func (p *kvPool) get(c Config, key uint64) []layerKV {
-	if n := len(p.free); n > 0 {
-		kv := p.free[n-1]
-		p.free = p.free[:n-1]
-		return kv
+// kvCapacity is the positions a cache for a request needing need of a
+// context of ctx gets: the whole context for small contexts (every cache
+// then fits every request, as the pool's spares must), else need rounded
+// up to 256 (a cache of a 4096-position context is 1.4 GB for a
+// 0.6B-shaped model).
+func kvCapacity(need, ctx int) int {
+	if ctx <= 1024 {
+		return ctx
 	}
-	if i := p.lru(func(e *prefixEntry) bool { return e.key != key }); i >= 0 {
+	return min(ctx, (need+255)/256*256)
+}
+
+// get returns a cache of at least need positions of a context of ctx: a
+// spare one, else the least recently used prefix entry of other weights
+// than key (a stale version's or another clone's; taking it saves
+// allocating and zeroing a cache while the entries of a version nobody
+// generates with any more sit idle), else a new one. The caller holds
+// p.mu.
+func (p *kvPool) get(key uint64, need, ctx int) *kvCache {
+	for i := len(p.free) - 1; i >= 0; i-- {
+		if kv := p.free[i]; kv.T >= need {
+			p.free = slices.Delete(p.free, i, i+1)
+			return kv
+		}
+	}
+	if i := p.lru(func(e *prefixEntry) bool { return e.key != key && e.kv.T >= need }); i >= 0 {
 		return p.remove(i)
 	}
-	return newKV(c, true)
+	return newKV(p.cfg, kvCapacity(need, ctx), true)
 }
 
 // put keeps a cache for later calls, up to maxPooledKV. The caller holds
 // p.mu.
-func (p *kvPool) put(kv []layerKV) {
+func (p *kvPool) put(kv *kvCache) {
 	if len(p.free) < maxPooledKV {
 		p.free = append(p.free, kv)
 	}

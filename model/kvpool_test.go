@@ -15,7 +15,7 @@ import (
 // a model and its clone may generate at the same time (the shared pool is
 // locked; -race checks it).
 func TestClonesShareKVCaches(t *testing.T) {
-	m := testModel(t, smallConfig(PosRope), 3, 5)
+	m := testModel(t, smallConfig(), 3, 5)
 	reqs := groupRequests(rand.New(rand.NewPCG(5, 6)), m.cfg.Vocab, 3)
 	ctx := context.Background()
 	want, err := m.Generate(ctx, reqs) // fresh caches
@@ -24,7 +24,7 @@ func TestClonesShareKVCaches(t *testing.T) {
 	}
 	// the pool's caches: the spares and the prefix cache's entries (which
 	// a clone, having other weights, takes when no spare is left)
-	held := func(p *kvPool) [][]layerKV {
+	held := func(p *kvPool) []*kvCache {
 		all := slices.Clone(p.free)
 		for _, e := range p.entries {
 			all = append(all, e.kv)
@@ -33,7 +33,7 @@ func TestClonesShareKVCaches(t *testing.T) {
 	}
 	pooled := map[*float32]bool{}
 	for _, kv := range held(m.kv) {
-		pooled[&kv[0].k[0]] = true
+		pooled[&kv.l[0].k[0]] = true
 	}
 	if len(pooled) != len(reqs) {
 		t.Fatalf("%d caches pooled after a call of %d requests", len(pooled), len(reqs))
@@ -46,7 +46,7 @@ func TestClonesShareKVCaches(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, kv := range held(c.kv) {
-		if !pooled[&kv[0].k[0]] {
+		if !pooled[&kv.l[0].k[0]] {
 			t.Fatal("the clone allocated a KV cache instead of reusing the pooled ones")
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // while the other's reads the weights in place. Under -race it also checks
 // that the lanes share nothing unguarded.
 func TestGenerateOnLanes(t *testing.T) {
-	m := testModel(t, smallConfig(PosRope), 21, 5)
+	m := testModel(t, smallConfig(), 21, 5)
 	V := m.cfg.Vocab
 	r := rand.New(rand.NewPCG(21, 22))
 	big := groupRequests(r, V, 3) // 12 requests × 30 tokens: ≥ packDecodeMin rows
@@ -44,7 +44,7 @@ func TestGenerateOnLanes(t *testing.T) {
 			}
 		}
 		sameResults(t, fmt.Sprintf("turn %d", turn), append(got[0], got[1]...), want)
-		if turn == 0 && !m.dpk.packed {
+		if turn == 0 && !m.dc.packed {
 			t.Fatalf("turn 0: the large call did not pack decode's weights")
 		}
 		// the next turn extends every prompt by its completion and a few

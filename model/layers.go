@@ -21,38 +21,6 @@ import (
 // equals the decode step's shorter one.
 const attnBlock = 32
 
-// embedForward: x[r] = wte[toks[r]] (+ wpe[p0+r]).
-// x is (n, d), wte is (V, d), wpe is (ctx, d) or nil.
-func embedForward(x []float32, toks []int32, wte, wpe []float32, p0, d int) {
-	for r, t := range toks {
-		row := x[r*d : (r+1)*d]
-		copy(row, wte[int(t)*d:(int(t)+1)*d])
-		if wpe != nil {
-			pe := wpe[(p0+r)*d : (p0+r+1)*d]
-			for i := range row {
-				row[i] += pe[i]
-			}
-		}
-	}
-}
-
-// embedBackward accumulates dwte (and dwpe) from dx (n, d), in row order.
-func embedBackward(dwte, dwpe, dx []float32, toks []int32, p0, d int) {
-	for r, t := range toks {
-		g := dx[r*d : (r+1)*d]
-		dst := dwte[int(t)*d : (int(t)+1)*d]
-		for i := range g {
-			dst[i] += g[i]
-		}
-		if dwpe != nil {
-			dp := dwpe[(p0+r)*d : (p0+r+1)*d]
-			for i := range g {
-				dp[i] += g[i]
-			}
-		}
-	}
-}
-
 // rmsnormForward: out = x · rstd · g with rstd = 1/sqrt(mean(x²)+eps), per row.
 // x and out are (n, d); rstd is (n); g is (d).
 // https://arxiv.org/abs/1910.07467
@@ -98,46 +66,6 @@ func rmsnormBackRowRef(dx, dg, dy, x, g []float32, s, c float32) {
 	}
 }
 
-// ropeTables returns cos and sin of pos·θ^(−2i/hs), each (ctx, hs/2).
-func ropeTables(ctx, hs int, theta float64) (cos, sin []float32) {
-	half := hs / 2
-	cos = make([]float32, ctx*half)
-	sin = make([]float32, ctx*half)
-	for p := 0; p < ctx; p++ {
-		for i := 0; i < half; i++ {
-			a := float64(p) * math.Pow(theta, -float64(2*i)/float64(hs))
-			cos[p*half+i] = float32(math.Cos(a))
-			sin[p*half+i] = float32(math.Sin(a))
-		}
-	}
-	return cos, sin
-}
-
-// ropeForward rotates one head row (hs) in place by the tables of its
-// position (cos, sin: hs/2), pairing i with i+hs/2 (the "rotate_half" form).
-func ropeForward(x, cos, sin []float32) {
-	half := len(cos)
-	a, b := x[:half], x[half:2*half]
-	sin = sin[:half]
-	for i, c := range cos {
-		x0, x1, sn := a[i], b[i], sin[i]
-		a[i] = float32(x0*c) - float32(x1*sn)
-		b[i] = float32(x1*c) + float32(x0*sn)
-	}
-}
-
-// ropeBackward applies the transposed rotation to a gradient row in place.
-func ropeBackward(dx, cos, sin []float32) {
-	half := len(cos)
-	a, b := dx[:half], dx[half:2*half]
-	sin = sin[:half]
-	for i, c := range cos {
-		d0, d1, sn := a[i], b[i], sin[i]
-		a[i] = float32(d0*c) + float32(d1*sn)
-		b[i] = float32(d1*c) - float32(d0*sn)
-	}
-}
-
 // softmaxCausal turns one row of raw scores into probabilities over its
 // first valid entries (scaled by scale); the rest become exact zeros.
 func softmaxCausal(row []float32, valid int, scale float32) {
@@ -151,10 +79,11 @@ func softmaxCausal(row []float32, valid int, scale float32) {
 
 // attnForward is causal attention for one head. Query rows are positions
 // p0..p0+n-1; q and out are (n, hs); k and v hold positions 0..p0+n-1 as
-// (≥p0+n, hs). probs receives the probabilities, block by block (each block
-// (r1−r0, p0+r1)), for the backward pass. The decode step is the n=1 case of
-// this same function, which is what makes sampler and trainer agree.
-func attnForward(out, probs, q, k, v []float32, p0, n, hs int, scale float32) {
+// (≥p0+n, hs). With keep, probs receives the probabilities block by block
+// (each block (r1−r0, p0+r1)) for the backward pass; without, every block
+// reuses probs[:attnBlock·(p0+n)]. The decode step's chains are those of
+// n=1, which is what makes sampler and trainer agree.
+func attnForward(out, probs, q, k, v []float32, p0, n, hs int, scale float32, keep bool) {
 	off := 0
 	for r0 := 0; r0 < n; r0 += attnBlock {
 		r1 := min(r0+attnBlock, n)
@@ -165,7 +94,9 @@ func attnForward(out, probs, q, k, v []float32, p0, n, hs int, scale float32) {
 			softmaxCausal(s[i*nk:(i+1)*nk], p0+r0+i+1, scale)
 		}
 		kern.MatMul(out[r0*hs:r1*hs], s, v[:nk*hs], bs, nk, hs, false)
-		off += bs * nk
+		if keep {
+			off += bs * nk
+		}
 	}
 }
 
@@ -202,18 +133,14 @@ func attnBackward(dq, dk, dv, dp, dout, probs, q, k, v []float32, n, hs int, sca
 	}
 }
 
-// swigluForward: act = silu(gate)·up, with h rows (2F) = [gate | up];
-// sig keeps sigmoid(gate) for the backward. act and sig are (n, F).
+// swigluForward: act = silu(gate)·up elementwise over gate, up (n·F);
+// sig keeps sigmoid(gate) for the backward.
 // https://arxiv.org/abs/2002.05202
-func swigluForward(act, sig, h []float32, n, f int) {
-	for r := 0; r < n; r++ {
-		gate := h[r*2*f : r*2*f+f]
-		up := h[r*2*f+f : (r+1)*2*f]
-		sr := sig[r*f : (r+1)*f]
-		negate(sr, gate)
-		kern.ExpInPlace(sr)
-		swigluRow(act[r*f:(r+1)*f], sr, gate, up)
-	}
+func swigluForward(act, sig, gate, up []float32) {
+	sig = sig[:len(gate)]
+	negate(sig, gate)
+	kern.ExpInPlace(sig)
+	swigluRow(act, sig, gate, up)
 }
 
 // negateRef: dst = −src.
@@ -235,14 +162,11 @@ func swigluRowRef(act, sr, gate, up []float32) {
 	}
 }
 
-// swigluBackward overwrites dh (n, 2F) from dact (n, F).
+// swigluBackward overwrites dgate and dup (n·F) from dact.
 //
 //	dup = dact·silu(g);  dgate = dact·up·s·(1 + g·(1−s))
-func swigluBackward(dh, dact, h, sig []float32, n, f int) {
-	for r := 0; r < n; r++ {
-		swigluBackRow(dh[r*2*f:r*2*f+f], dh[r*2*f+f:(r+1)*2*f], dact[r*f:(r+1)*f],
-			h[r*2*f:r*2*f+f], h[r*2*f+f:(r+1)*2*f], sig[r*f:(r+1)*f])
-	}
+func swigluBackward(dgate, dup, dact, gate, up, sig []float32) {
+	swigluBackRow(dgate, dup, dact, gate, up, sig)
 }
 
 func swigluBackRowRef(dg, du, da, gate, up, sr []float32) {
@@ -273,4 +197,43 @@ func logSumExp(row, e []float32) (lse, sum float32) {
 	kern.ExpInPlace(e)
 	sum = sumLanes(e)
 	return mx + float32(math.Log(float64(sum))), sum
+}
+
+// linForward: y (n, out) = x (n, in)·Wᵀ + b, W stored [out, in] as HF does
+// (float32 or bfloat16), over par row blocks. With acc, y += instead (a
+// residual add).
+func linForward(y, x []float32, w mat, b []float32, n, in, out int, acc bool, par int) {
+	if w.f != nil {
+		kern.MatMulNTPar(y, x, w.f, n, in, out, acc, par)
+	} else {
+		kern.MatMulNTBF16Par(y, x, w.h, n, in, out, acc, par)
+	}
+	addBias(y, b, n, out)
+}
+
+// addBias adds b to each of the n rows of y (nothing when b is nil).
+func addBias(y, b []float32, n, out int) {
+	if b == nil {
+		return
+	}
+	for r := range n {
+		row := y[r*out : (r+1)*out]
+		for j, v := range b[:out] {
+			row[j] += v
+		}
+	}
+}
+
+// linBackward: dx (n, in) = dy·W (or += with acc); dW += dyᵀ·x; db += Σ_rows dy.
+func linBackward(dx, gw, gb, dy, x, w []float32, n, in, out int, acc bool) {
+	kern.MatMul(dx, dy, w, n, out, in, acc)
+	kern.MatMulTN(gw, dy, x, out, n, in, true)
+	if gb != nil {
+		for r := range n {
+			row := dy[r*out : (r+1)*out]
+			for j, v := range row {
+				gb[j] += v
+			}
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -16,395 +15,368 @@ import (
 
 // nShards is the fixed number of data shards work is split into (one per
 // core of the target machine). It never follows GOMAXPROCS: shard results
-// are summed in shard order, so the bits depend on this constant only.
+// are combined in shard order, so the bits depend on this constant only.
 const nShards = 2
 
-// Model is the policy: weights plus reusable workspaces. Its methods
-// (Generate, Logprobs, and a Trainer's Step) must be called from one
-// goroutine at a time; they parallelise internally over nShards shards.
-// The exception: GenerateOn calls on different lanes may run at once.
-type Model struct {
-	cfg      Config
-	specs    []tensorSpec
-	w        []float32 // the parameter slab
-	p        params    // named views into w
-	cos, sin []float32 // rope tables (ctx, hs/2); nil for learned positions
+// DefaultContext caps the sequence length (and so the rope tables) when
+// the config allows longer; see SetContext.
+const DefaultContext = 4096
 
-	ws    [nShards]*workspace // training/prefill activations, allocated on first use
-	dec   [nShards]*decodeWS  // decode-step buffers, allocated on first use
-	kv    *kvPool             // KV caches kept for the next Generate call; shared with clones
-	wteT  []float32           // (d, V) transposed head for decode, of weights version wteTv
-	wteTv uint64              // the wver wteT was made from
-	wver  uint64              // bumped when the weights change in place (CopyWeightsFrom, a trainer step)
-	dpk   *decodePacked       // decode's weights laid out by kern.Pack, refreshed by Generate when worth it
-	// prep guards what concurrent GenerateOn calls share: wteT, dpk, the
-	// prefix key and the stats below
+// Model is one network: config, weights and reusable workspaces. Its
+// methods (Generate, Logprobs, Logits, a Trainer's Step) must be called
+// from one goroutine at a time; they parallelise internally over nShards
+// shards. The exception: GenerateOn calls on different lanes may run at
+// once.
+type Model struct {
+	cfg   Config
+	specs []tensorSpec
+	// The weights: w is the float32 slab (every tensor at its spec's
+	// offset) when the model owns one; a model mapped from a checkpoint
+	// has none, its tensors are tf[i] (float32) or th[i] (bfloat16) views
+	// of the mapping (1-D tensors are small float32 copies).
+	w        []float32
+	tf       [][]float32
+	th       [][]uint16
+	res      *mapping // the mapped checkpoint the views point into, or nil
+	p        params
+	ctx      int       // longest sequence accepted
+	cos, sin []float32 // rope tables (ctx, hd/2)
+	srcDir   string    // the HF directory it was loaded from, if any
+
+	ws   [nShards]*workspace // training/prefill activations, made on first use
+	dec  [nShards]*decodeWS  // decode-step buffers, made on first use
+	kv   *kvPool             // KV caches kept across Generate calls; shared with clones
+	wver uint64              // bumped when the weights change in place (CopyWeightsFrom, a trainer step)
+	dc   *decodeCopies       // decode's transposed and packed weights (small models), of version dc.ver
+	// prep guards what concurrent GenerateOn calls share: dc, the prefix
+	// key and the statistics below
 	prep sync.Mutex
 
 	prefilled     int          // prompt tokens the last Generate computed (the rest were shared)
 	prefillShards [nShards]int // of those, the tokens each shard computed
 	fromCache     int          // prompt positions the last Generate took from the prefix cache
 	pkey, pkeyVer uint64       // the prefix cache's key for these weights, and the wver it was made at
+	copyMax       int64        // tests: the largest model decode keeps copies of (0: copyMaxBytes)
+	packMax       int          // tests: the most rows a training batch packs (0: packRows's default)
 }
 
-// New builds a model with weights initialised deterministically from seed:
-// N(0, 0.02) for matrices and embeddings, N(0, 0.02/√(2L)) for the two
-// projections that write into the residual stream (GPT-2), 1 for norm gains.
+// New returns a model initialised as transformers does from seed:
+// N(0, initializer_range) for matrices and embeddings, 0 for biases,
+// 1 for norm gains, drawn in slab order.
 func New(cfg Config, seed uint64) (*Model, error) {
 	m, err := newEmpty(cfg)
 	if err != nil {
 		return nil, err
 	}
 	r := rand.New(rng.NewPCG(seed))
-	resid := 0.02 / math.Sqrt(float64(2*cfg.Layers))
-	for _, s := range m.specs {
-		t := m.w[s.off : s.off+s.size]
+	for i, s := range m.specs {
+		t := m.tf[i]
 		switch {
+		case len(s.shape) == 1 && isBias(s.name):
+			clear(t)
 		case len(s.shape) == 1:
-			for i := range t {
-				t[i] = 1
-			}
+			fill(t, 1)
 		default:
-			std := 0.02
-			if strings.HasSuffix(s.name, "attn.proj.weight") || strings.HasSuffix(s.name, "mlp.proj.weight") {
-				std = resid
-			}
-			for i := range t {
-				t[i] = float32(r.NormFloat64() * std)
+			for j := range t {
+				t[j] = float32(r.NormFloat64() * m.cfg.InitStd)
 			}
 		}
 	}
 	return m, nil
 }
+
+// NewBuiltin returns a model initialised as the built-in model: GPT-2's
+// scheme (N(0, 0.02), the two projections that write into the residual
+// stream at 0.02/√(2L), norm gains 1), drawn in the order of the fused
+// [in, out] tensors the built-in model kept before it was a configuration
+// of this engine (embedding; per layer [q | k | v], o, [gate | up], down;
+// lm_head when untied), so a seed gives the weights it always gave.
+// Biases start at 0.
+func NewBuiltin(cfg Config, seed uint64) (*Model, error) {
+	m, err := newEmpty(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := m.cfg
+	r := rand.New(rng.NewPCG(seed))
+	resid := 0.02 / math.Sqrt(float64(2*c.Layers))
+	draw := func(std float64) float32 { return float32(r.NormFloat64() * std) }
+	// in×out draws, row-major over [in][out], into the [out, in] blocks
+	fused := func(in int, std float64, blocks ...[]float32) {
+		outs := make([]int, len(blocks))
+		width := 0
+		for i, b := range blocks {
+			outs[i] = len(b) / in
+			width += outs[i]
+		}
+		for i := range in {
+			b, o0 := 0, 0
+			for o := range width {
+				for o-o0 >= outs[b] {
+					o0 += outs[b]
+					b++
+				}
+				blocks[b][(o-o0)*in+i] = draw(std)
+			}
+		}
+	}
+	for j := range m.p.embed.f {
+		m.p.embed.f[j] = draw(0.02)
+	}
+	for i, s := range m.specs {
+		if len(s.shape) == 1 && !isBias(s.name) {
+			fill(m.tf[i], 1)
+		}
+	}
+	d, f := c.Dim, c.Hidden
+	for l := range m.p.layers {
+		lp := &m.p.layers[l]
+		fused(d, 0.02, lp.wq.f, lp.wk.f, lp.wv.f)
+		fused(c.Heads*c.HeadDim, resid, lp.wo.f)
+		fused(d, 0.02, lp.wgate.f, lp.wup.f)
+		fused(f, resid, lp.wdown.f)
+	}
+	if !c.Tied {
+		fused(d, 0.02, m.p.head.f)
+	}
+	return m, nil
+}
+
+func fill(t []float32, v float32) {
+	for i := range t {
+		t[i] = v
+	}
+}
+
+func isBias(name string) bool { return strings.HasSuffix(name, ".bias") }
 
 func newEmpty(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("model: invalid config: %w", err)
 	}
-	m := &Model{cfg: cfg, specs: layout(cfg), kv: newKVPool()}
-	m.w = make([]float32, numParams(m.specs))
-	m.p = bind(m.w, cfg, m.specs)
-	if cfg.Positions == PosRope {
-		m.cos, m.sin = ropeTables(cfg.Context, cfg.HeadDim(), cfg.RopeTheta)
+	m := newShell(cfg)
+	m.setSlab(make([]float32, numParams(m.specs)))
+	if err := m.SetContext(min(cfg.MaxPos, DefaultContext)); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
-// Config returns the model's architecture.
+// newShell is a model of a validated config with no weights yet.
+func newShell(cfg Config) *Model {
+	return &Model{cfg: cfg, specs: layout(cfg), kv: newKVPool(cfg)}
+}
+
+// setSlab makes w the model's float32 weights.
+func (m *Model) setSlab(w []float32) {
+	m.w, m.th, m.res = w, nil, nil
+	m.tf = slabViews(w, m.specs)
+	m.p = bind(m.cfg, m.specs, m.tf, nil)
+}
+
+// SetContext sets the longest sequence the model accepts (at most
+// max_position_embeddings) and drops the workspaces.
+func (m *Model) SetContext(n int) error {
+	if n < 1 || n > m.cfg.MaxPos {
+		return fmt.Errorf("model: context %d outside [1, max_position_embeddings=%d]", n, m.cfg.MaxPos)
+	}
+	cos, sin, err := ropeTables(m.cfg, n)
+	if err != nil {
+		return err
+	}
+	m.ctx, m.cos, m.sin = n, cos, sin
+	m.ws, m.dec = [nShards]*workspace{}, [nShards]*decodeWS{}
+	return nil
+}
+
+// Config returns the architecture.
 func (m *Model) Config() Config { return m.cfg }
 
-// NumParams is the number of float32 parameters.
-func (m *Model) NumParams() int { return len(m.w) }
+// Context is the longest sequence accepted.
+func (m *Model) Context() int { return m.ctx }
 
-// Digest is the SHA-256 of the weights as little-endian float32 bytes in
-// slab order: equal digests mean bit-identical weights.
-func (m *Model) Digest() [32]byte {
-	h := sha256.New()
-	buf := make([]byte, 0, 4096)
-	for i, v := range m.w {
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		if len(buf) == cap(buf) || i == len(m.w)-1 {
-			h.Write(buf)
-			buf = buf[:0]
+// NumParams is the number of parameters.
+func (m *Model) NumParams() int { return numParams(m.specs) }
+
+// DType is "F32" when every weight is float32, "BF16" when the matrices
+// are bfloat16 (mapped from a BF16 checkpoint).
+func (m *Model) DType() string {
+	for i := range m.specs {
+		if m.th != nil && m.th[i] != nil {
+			return "BF16"
 		}
 	}
+	return "F32"
+}
+
+// ResidentBytes is the size of the weights as the model holds them.
+func (m *Model) ResidentBytes() int64 {
+	var n int64
+	for i, s := range m.specs {
+		if m.th != nil && m.th[i] != nil {
+			n += 2 * int64(s.size)
+		} else {
+			n += 4 * int64(s.size)
+		}
+	}
+	return n
+}
+
+// ensureF32 gives the model a float32 slab of its weights (bfloat16 widened
+// exactly), for training or any write: the F32 master copy.
+func (m *Model) ensureF32() {
+	if m.w != nil {
+		return
+	}
+	w := make([]float32, numParams(m.specs))
+	for i, s := range m.specs {
+		dst := w[s.off : s.off+s.size]
+		if m.tf[i] != nil {
+			copy(dst, m.tf[i])
+		} else {
+			widenBF16(dst, m.th[i])
+		}
+	}
+	m.setSlab(w)
+	m.weightsChanged()
+}
+
+// Tensor returns the named tensor's float32 view (nil if absent), for
+// tests and tools; the model keeps a float32 slab from then on. A write
+// through it must come before the next Generate call, or go through a new
+// Tensor call (which marks the weights changed).
+func (m *Model) Tensor(name string) []float32 {
+	for i, s := range m.specs {
+		if s.name == name {
+			m.ensureF32()
+			m.weightsChanged() // the caller may write through the slice
+			return m.tf[i]
+		}
+	}
+	return nil
+}
+
+// TensorNames lists the tensors in slab order.
+func (m *Model) TensorNames() []string {
+	out := make([]string, len(m.specs))
+	for i, s := range m.specs {
+		out[i] = s.name
+	}
+	return out
+}
+
+// specIndex is the index of the named tensor, or −1.
+func (m *Model) specIndex(name string) int {
+	for i, s := range m.specs {
+		if s.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// tensorValues calls f with tensor i's values as float32 (bfloat16
+// widened), in runs of at most 64 Ki values.
+func (m *Model) tensorValues(i int, f func(v []float32)) {
+	if m.tf[i] != nil {
+		f(m.tf[i])
+		return
+	}
+	h := m.th[i]
+	buf := make([]float32, min(len(h), 64<<10))
+	for lo := 0; lo < len(h); lo += len(buf) {
+		hi := min(lo+len(buf), len(h))
+		widenBF16(buf[:hi-lo], h[lo:hi])
+		f(buf[:hi-lo])
+	}
+}
+
+// eachValue calls f with every weight in slab order, as float32.
+func (m *Model) eachValue(f func(v []float32)) {
+	for i := range m.specs {
+		m.tensorValues(i, f)
+	}
+}
+
+// Digest is the SHA-256 of the weights as little-endian float32 bytes in
+// slab order: equal digests mean bit-identical weights (a bfloat16 weight
+// counts as its exact float32 value).
+func (m *Model) Digest() [32]byte {
+	h := sha256.New()
+	buf := make([]byte, 0, 1<<16)
+	m.eachValue(func(vs []float32) {
+		for _, v := range vs {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+			if len(buf) == cap(buf) {
+				h.Write(buf)
+				buf = buf[:0]
+			}
+		}
+	})
+	h.Write(buf)
 	var d [32]byte
 	h.Sum(d[:0])
 	return d
 }
 
-// layerKV is one layer's key/value store, k and v (H, ctx, hs): the KV
-// cache in generation and the saved keys/values in training. The cache
-// also keeps the keys transposed, kt, so a decode step's scores are
-// multiply-add chains over contiguous keys. kt is blocked: head h, then
-// blocks of ktBlock positions, each (hs, ktBlock) (index h·hs·ktLen(ctx) +
-// ktAt(hs, j, p)). A plain (hs, ctx) layout put a head's hs key rows
-// ctx·4 bytes apart, which at ctx 256 maps them onto 4 of L1's 64 sets:
-// every decode step missed L1 on every key line (3× slower attention).
-type layerKV struct{ k, v, kt []float32 }
-
-// ktBlock is the positions per block of the transposed keys: two vectors
-// of the widest path (2×16 lanes), so a kernel's chains stay in one block.
-const ktBlock = 32
-
-// ktLen is the positions a head's blocked keys hold: ctx rounded up to
-// whole blocks (lanes past the context are read as padding, never used).
-func ktLen(T int) int { return (T + ktBlock - 1) / ktBlock * ktBlock }
-
-// ktAt is the offset of key component p at position j in a head's blocked
-// transposed keys.
-func ktAt(hs, j, p int) int { return (j/ktBlock)*hs*ktBlock + p*ktBlock + j%ktBlock }
-
-func newKV(c Config, transposed bool) []layerKV {
-	n := c.Context * c.Dim
-	per := 2 * n
-	if transposed {
-		per += ktLen(c.Context) * c.Dim
+// Clone returns an independent model with m's weights (and fresh
+// workspaces): e.g. a generation snapshot of version k while a trainer
+// steps m to k+1 on another goroutine. A mapped model's clone shares the
+// read-only mapping. The clone shares m's pool of spare KV caches and the
+// prefix cache's budget (safe for concurrent use), not its entries: its
+// weights get their own key.
+func (m *Model) Clone() *Model {
+	c := newShell(m.cfg)
+	if m.w != nil {
+		c.setSlab(append([]float32(nil), m.w...))
+	} else {
+		c.tf, c.th, c.res = m.tf, m.th, m.res
+		c.p = m.p
 	}
-	buf := make([]float32, per*c.Layers)
-	kv := make([]layerKV, c.Layers)
-	for l := range kv {
-		b := buf[l*per : (l+1)*per]
-		kv[l] = layerKV{k: b[:n:n], v: b[n : 2*n : 2*n]}
-		if transposed {
-			kv[l].kt = b[2*n:]
-		}
-	}
-	return kv
+	c.kv, c.srcDir = m.kv, m.srcDir
+	c.ctx, c.cos, c.sin = m.ctx, m.cos, m.sin
+	return c
 }
 
-// layerActs are what one block's forward saves for its backward, for up to
-// ctx rows (row r is position p0+r).
-type layerActs struct {
-	x     []float32 // (T, d) block input
-	ln1   []float32 // (T, d)
-	rstd1 []float32 // (T)
-	q     []float32 // (H, T, hs) queries after rope
-	probs []float32 // H × (T·T) attention probabilities, block layout
-	att   []float32 // (T, d) heads merged, the input of attn.proj
-	x2    []float32 // (T, d) residual after attention
-	ln2   []float32 // (T, d)
-	rstd2 []float32 // (T)
-	h     []float32 // (T, 2F) [gate | up]
-	sig   []float32 // (T, F) sigmoid(gate)
-	act   []float32 // (T, F) silu(gate)·up
-}
-
-// workspace holds one shard's activations, gradient scratch and parameter
-// gradients for one sequence of up to ctx tokens (as llm.c, allocated once
-// and reused).
-type workspace struct {
-	layers []layerActs
-	kv     []layerKV
-	xf     []float32 // (T, d) final residual
-	lnf    []float32 // (T, d)
-	rstdf  []float32 // (T)
-	logits []float32 // (T, V)
-
-	qkv  []float32 // (T, 3d) projection scratch
-	e    []float32 // (V) logSumExp scratch
-	hout []float32 // (H, T, hs) per-head attention output scratch
-
-	// backward scratch
-	dlogits []float32 // (T, V)
-	dx      []float32 // (T, d) gradient of the residual stream
-	dln     []float32 // (T, d)
-	datt    []float32 // (T, d)
-	dqkv    []float32 // (T, 3d)
-	dq      []float32 // (H, T, hs)
-	dk, dv  []float32 // (H, T, hs)
-	dhout   []float32 // (H, T, hs)
-	dp      []float32 // (attnBlock, T)
-	dh      []float32 // (T, 2F)
-	dact    []float32 // (T, F)
-
-	grad  []float32 // parameter gradients, laid out like the weights
-	g     params
-	train bool // backward buffers allocated
-
-	// par > 1 spreads forward's products (row blocks, kern.MatMulPar) and
-	// attention heads over that many goroutines: for a prefill the other
-	// shard has no work for. Row and head splits leave every value's
-	// arithmetic unchanged.
-	par int
-}
-
-func (m *Model) workspace(shard int, train bool) *workspace {
-	ws := m.ws[shard]
-	if ws == nil {
-		ws = newWorkspace(m.cfg)
-		m.ws[shard] = ws
+// CopyWeightsFrom overwrites m's weights with src's (same architecture),
+// e.g. to publish a new version into a generation snapshot without
+// reallocating. A mapped src makes m share its mapping unless m has a
+// float32 slab, which then receives the values.
+func (m *Model) CopyWeightsFrom(src *Model) error {
+	if len(src.specs) != len(m.specs) || !src.cfg.Equal(m.cfg) {
+		return fmt.Errorf("model: copy weights: architectures differ")
 	}
-	if train && !ws.train {
-		ws.allocTrain(m.cfg, m.specs)
-	}
-	return ws
-}
-
-func newWorkspace(c Config) *workspace {
-	T, d, f, V := c.Context, c.Dim, c.Hidden, c.Vocab
-	ws := &workspace{layers: make([]layerActs, c.Layers), kv: newKV(c, false)}
-	for l := range ws.layers {
-		ws.layers[l] = layerActs{
-			x: make([]float32, T*d), ln1: make([]float32, T*d), rstd1: make([]float32, T),
-			q: make([]float32, T*d), probs: make([]float32, c.Heads*T*T), att: make([]float32, T*d),
-			x2: make([]float32, T*d), ln2: make([]float32, T*d), rstd2: make([]float32, T),
-			h: make([]float32, T*2*f), sig: make([]float32, T*f), act: make([]float32, T*f),
+	switch {
+	case m.w != nil:
+		off := 0
+		src.eachValue(func(v []float32) { off += copy(m.w[off:], v) })
+	default:
+		m.tf, m.th, m.res, m.p = src.tf, src.th, src.res, src.p
+		if src.w != nil {
+			m.setSlab(append([]float32(nil), src.w...))
 		}
 	}
-	ws.xf = make([]float32, T*d)
-	ws.lnf = make([]float32, T*d)
-	ws.rstdf = make([]float32, T)
-	ws.logits = make([]float32, T*V)
-	ws.qkv = make([]float32, T*3*d)
-	ws.e = make([]float32, V)
-	ws.hout = make([]float32, T*d)
-	return ws
+	m.weightsChanged()
+	return nil
 }
 
-func (ws *workspace) allocTrain(c Config, specs []tensorSpec) {
-	T, d, f, V := c.Context, c.Dim, c.Hidden, c.Vocab
-	ws.dlogits = make([]float32, T*V)
-	ws.dx = make([]float32, T*d)
-	ws.dln = make([]float32, T*d)
-	ws.datt = make([]float32, T*d)
-	ws.dqkv = make([]float32, T*3*d)
-	ws.dq = make([]float32, T*d)
-	ws.dk = make([]float32, T*d)
-	ws.dv = make([]float32, T*d)
-	ws.dhout = make([]float32, T*d)
-	ws.dp = make([]float32, attnBlock*T)
-	ws.dh = make([]float32, T*2*f)
-	ws.dact = make([]float32, T*f)
-	ws.grad = make([]float32, numParams(specs))
-	ws.g = bind(ws.grad, c, specs)
-	ws.train = true
-}
+// weightsChanged marks every copy made from the weights stale (decode's
+// transposed and packed weights, the prefix cache's key).
+func (m *Model) weightsChanged() { m.wver++ }
 
-// forward runs positions p0..p0+len(toks)-1 of one sequence. kv holds the
-// keys/values of positions < p0 and receives the new ones. With lastOnly
-// only the last row's logits are computed (into logits row 0), as prefill
-// needs; otherwise every row's.
-func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv []layerKV, lastOnly bool) {
-	c := m.cfg
-	n, d, H, hs, f, T := len(toks), c.Dim, c.Heads, c.HeadDim(), c.Hidden, c.Context
-	half := hs / 2
-	scale := float32(1 / math.Sqrt(float64(hs)))
-	x := ws.layers[0].x
-	embedForward(x, toks, m.p.wte, m.p.wpe, p0, d)
-	for l := range c.Layers {
-		a, lp := &ws.layers[l], &m.p.layers[l]
-		rmsnormForward(a.ln1, a.rstd1, a.x, lp.ln1, n, d, c.NormEps)
-		kern.MatMulPar(ws.qkv, a.ln1, lp.qkv, n, d, 3*d, false, ws.par)
-		// split heads: q into the workspace, k and v into the store
-		for r := range n {
-			pos := p0 + r
-			src := ws.qkv[r*3*d : (r+1)*3*d]
-			for h := range H {
-				qh := a.q[(h*T+r)*hs : (h*T+r+1)*hs]
-				kh := kv[l].k[(h*T+pos)*hs : (h*T+pos+1)*hs]
-				vh := kv[l].v[(h*T+pos)*hs : (h*T+pos+1)*hs]
-				copy(qh, src[h*hs:])
-				copy(kh, src[d+h*hs:])
-				copy(vh, src[2*d+h*hs:])
-				if m.cos != nil {
-					cs, sn := m.cos[pos*half:(pos+1)*half], m.sin[pos*half:(pos+1)*half]
-					ropeForward(qh, cs, sn)
-					ropeForward(kh, cs, sn)
-				}
-			}
-		}
-		heads := func(h0, h1 int) {
-			for h := h0; h < h1; h++ {
-				attnForward(ws.hout[h*T*hs:], a.probs[h*T*T:], a.q[h*T*hs:], kv[l].k[h*T*hs:], kv[l].v[h*T*hs:], p0, n, hs, scale)
-			}
-		}
-		if ws.par > 1 {
-			kern.Fork(ws.par, func(i int) { heads(i*H/ws.par, (i+1)*H/ws.par) })
-		} else {
-			heads(0, H)
-		}
-		mergeHeads(a.att, ws.hout, n, H, hs, T)
-		copy(a.x2[:n*d], a.x[:n*d])
-		kern.MatMulPar(a.x2, a.att, lp.proj, n, d, d, true, ws.par)
-		rmsnormForward(a.ln2, a.rstd2, a.x2, lp.ln2, n, d, c.NormEps)
-		kern.MatMulPar(a.h, a.ln2, lp.fc, n, d, 2*f, false, ws.par)
-		swigluForward(a.act, a.sig, a.h, n, f)
-		next := ws.xf
-		if l+1 < c.Layers {
-			next = ws.layers[l+1].x
-		}
-		copy(next[:n*d], a.x2[:n*d])
-		kern.MatMulPar(next, a.act, lp.fc2, n, f, d, true, ws.par)
+func (m *Model) checkTokens(toks []int32) error {
+	if len(toks) == 0 {
+		return fmt.Errorf("model: empty sequence")
 	}
-	if lastOnly {
-		r := n - 1
-		rmsnormForward(ws.lnf, ws.rstdf, ws.xf[r*d:], m.p.lnf, 1, d, c.NormEps)
-		kern.MatMulNT(ws.logits, ws.lnf, m.p.wte, 1, d, c.Vocab, false)
-		return
+	if len(toks) > m.ctx {
+		return fmt.Errorf("model: sequence of %d tokens exceeds context %d", len(toks), m.ctx)
 	}
-	rmsnormForward(ws.lnf, ws.rstdf, ws.xf, m.p.lnf, n, d, c.NormEps)
-	kern.MatMulNTPar(ws.logits, ws.lnf, m.p.wte, n, d, c.Vocab, false, ws.par)
-}
-
-// mergeHeads writes per-head rows (H, T, hs) into token rows (n, H·hs).
-func mergeHeads(dst, src []float32, n, H, hs, T int) {
-	d := H * hs
-	for r := range n {
-		for h := range H {
-			copy(dst[r*d+h*hs:r*d+(h+1)*hs], src[(h*T+r)*hs:(h*T+r+1)*hs])
+	for i, t := range toks {
+		if t < 0 || int(t) >= m.cfg.Vocab {
+			return fmt.Errorf("model: token %d at %d outside vocab [0,%d)", t, i, m.cfg.Vocab)
 		}
 	}
-}
-
-// splitHeads is the inverse of mergeHeads.
-func splitHeads(dst, src []float32, n, H, hs, T int) {
-	d := H * hs
-	for r := range n {
-		for h := range H {
-			copy(dst[(h*T+r)*hs:(h*T+r+1)*hs], src[r*d+h*hs:r*d+(h+1)*hs])
-		}
-	}
-}
-
-// backward back-propagates ws.dlogits (n, V) through the forward just run
-// on toks (from position 0, keys/values in ws.kv), accumulating into ws.grad.
-func (m *Model) backward(ws *workspace, toks []int32) {
-	c := m.cfg
-	n, d, H, hs, f, T, V := len(toks), c.Dim, c.Heads, c.HeadDim(), c.Hidden, c.Context, c.Vocab
-	half := hs / 2
-	scale := float32(1 / math.Sqrt(float64(hs)))
-	p, g := &m.p, &ws.g
-
-	// tied head: logits = lnf·wteᵀ
-	kern.MatMul(ws.dln, ws.dlogits, p.wte, n, V, d, false)
-	kern.MatMulTN(g.wte, ws.dlogits, ws.lnf, V, n, d, true)
-	clear(ws.dx[:n*d])
-	rmsnormBackward(ws.dx, g.lnf, ws.dln, ws.xf, ws.rstdf, p.lnf, n, d)
-
-	for l := c.Layers - 1; l >= 0; l-- {
-		a, lp, gl := &ws.layers[l], &p.layers[l], &g.layers[l]
-		// MLP: out = x2 + act·fc2; act = swiglu(ln2·fc); ln2 = rmsnorm(x2)
-		kern.MatMulNT(ws.dact, ws.dx, lp.fc2, n, d, f, false)
-		kern.MatMulTN(gl.fc2, a.act, ws.dx, f, n, d, true)
-		swigluBackward(ws.dh, ws.dact, a.h, a.sig, n, f)
-		kern.MatMulNT(ws.dln, ws.dh, lp.fc, n, 2*f, d, false)
-		kern.MatMulTN(gl.fc, a.ln2, ws.dh, d, n, 2*f, true)
-		rmsnormBackward(ws.dx, gl.ln2, ws.dln, a.x2, a.rstd2, lp.ln2, n, d)
-
-		// attention: x2 = x + att·proj
-		kern.MatMulNT(ws.datt, ws.dx, lp.proj, n, d, d, false)
-		kern.MatMulTN(gl.proj, a.att, ws.dx, d, n, d, true)
-		splitHeads(ws.dhout, ws.datt, n, H, hs, T)
-		clear(ws.dk)
-		clear(ws.dv)
-		kv := ws.kv[l]
-		for h := range H {
-			o := h * T * hs
-			attnBackward(ws.dq[o:], ws.dk[o:], ws.dv[o:], ws.dp, ws.dhout[o:], a.probs[h*T*T:], a.q[o:], kv.k[o:], kv.v[o:], n, hs, scale)
-		}
-		// gather q, k, v gradients into (n, 3d), undoing rope
-		for r := range n {
-			dst := ws.dqkv[r*3*d : (r+1)*3*d]
-			for h := range H {
-				o := (h*T + r) * hs
-				dq := dst[h*hs : (h+1)*hs]
-				dk := dst[d+h*hs : d+(h+1)*hs]
-				copy(dq, ws.dq[o:o+hs])
-				copy(dk, ws.dk[o:o+hs])
-				copy(dst[2*d+h*hs:2*d+(h+1)*hs], ws.dv[o:o+hs])
-				if m.cos != nil {
-					cs, sn := m.cos[r*half:(r+1)*half], m.sin[r*half:(r+1)*half]
-					ropeBackward(dq, cs, sn)
-					ropeBackward(dk, cs, sn)
-				}
-			}
-		}
-		kern.MatMulNT(ws.dln, ws.dqkv, lp.qkv, n, 3*d, d, false)
-		kern.MatMulTN(gl.qkv, a.ln1, ws.dqkv, d, n, 3*d, true)
-		rmsnormBackward(ws.dx, gl.ln1, ws.dln, a.x, a.rstd1, lp.ln1, n, d)
-	}
-	embedBackward(g.wte, g.wpe, ws.dx, toks, 0, d)
+	return nil
 }
 
 // splitShards splits n items into nShards contiguous ranges balancing
@@ -416,7 +388,7 @@ func splitShards(cost []int) [nShards][2]int {
 	}
 	best, bestDiff, acc := 0, math.MaxInt, 0
 	for s := 0; s <= len(cost); s++ {
-		if diff := abs(total - 2*acc); diff < bestDiff {
+		if diff := max(total-2*acc, 2*acc-total); diff < bestDiff {
 			best, bestDiff = s, diff
 		}
 		if s < len(cost) {
@@ -426,112 +398,10 @@ func splitShards(cost []int) [nShards][2]int {
 	return [nShards][2]int{{0, best}, {best, len(cost)}}
 }
 
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
 // runShards runs fn for each shard, shard 0 on the calling goroutine and
 // the others on kern's helper goroutines (which spin briefly between jobs,
-// so the decode steps' back-to-back forks do not each pay a thread
-// wake-up), and waits for all.
+// so back-to-back forks do not each pay a thread wake-up), and waits.
 func runShards(fn func(shard int)) { kern.Fork(nShards, fn) }
 
-func (m *Model) checkTokens(toks []int32) error {
-	if len(toks) == 0 {
-		return fmt.Errorf("model: empty sequence")
-	}
-	if len(toks) > m.cfg.Context {
-		return fmt.Errorf("model: sequence of %d tokens exceeds context %d", len(toks), m.cfg.Context)
-	}
-	for i, t := range toks {
-		if t < 0 || int(t) >= m.cfg.Vocab {
-			return fmt.Errorf("model: token %d at %d outside vocab [0,%d)", t, i, m.cfg.Vocab)
-		}
-	}
-	return nil
-}
-
-// Logprobs returns, for each sequence, the log-probability of token i given
-// tokens[:i] (log-softmax of the raw logits, temperature 1); entry 0 is 0.
-func (m *Model) Logprobs(ctx context.Context, seqs [][]int32) ([][]float32, error) {
-	cost := make([]int, len(seqs))
-	for i, s := range seqs {
-		if err := m.checkTokens(s); err != nil {
-			return nil, fmt.Errorf("sequence %d: %w", i, err)
-		}
-		cost[i] = len(s)
-	}
-	out := make([][]float32, len(seqs))
-	split := splitShards(cost)
-	var errs [nShards]error
-	runShards(func(s int) {
-		lo, hi := split[s][0], split[s][1]
-		if lo == hi {
-			return
-		}
-		ws := m.workspace(s, false)
-		for i := lo; i < hi; i++ {
-			if err := ctx.Err(); err != nil {
-				errs[s] = err
-				return
-			}
-			toks := seqs[i]
-			m.forward(ws, toks, 0, ws.kv, false)
-			lps := make([]float32, len(toks))
-			V := m.cfg.Vocab
-			for t := 1; t < len(toks); t++ {
-				row := ws.logits[(t-1)*V : t*V]
-				lse, _ := logSumExp(row, ws.e)
-				lps[t] = row[toks[t]] - lse
-			}
-			out[i] = lps
-		}
-	})
-	for _, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("model: logprobs: %w", err)
-		}
-	}
-	return out, nil
-}
-
-// Logits returns the raw next-token logits of every position of one
-// sequence, (len(toks), V) row-major: row t scores token t+1. It is the
-// training forward, for tools and cross-checks (bench/).
-func (m *Model) Logits(toks []int32) ([]float32, error) {
-	if err := m.checkTokens(toks); err != nil {
-		return nil, err
-	}
-	ws := m.workspace(0, false)
-	m.forward(ws, toks, 0, ws.kv, false)
-	return append([]float32(nil), ws.logits[:len(toks)*m.cfg.Vocab]...), nil
-}
-
-// Clone returns an independent model with a copy of m's weights (and fresh
-// workspaces): e.g. a generation snapshot of version k while a trainer
-// steps m to k+1 on another goroutine. The clone shares m's pool of spare
-// KV caches and the prefix cache's budget (safe for concurrent use), not
-// its entries: its weights get their own key.
-func (m *Model) Clone() *Model {
-	c, err := newEmpty(m.cfg)
-	if err != nil {
-		panic(err) // m's config was validated when m was built
-	}
-	copy(c.w, m.w)
-	c.kv = m.kv
-	return c
-}
-
-// CopyWeightsFrom overwrites m's weights with src's (same config), e.g. to
-// publish a new version into a generation snapshot without reallocating.
-func (m *Model) CopyWeightsFrom(src *Model) error {
-	if src.cfg != m.cfg {
-		return fmt.Errorf("model: copy weights: config %+v differs from %+v", src.cfg, m.cfg)
-	}
-	copy(m.w, src.w)
-	m.wver++
-	return nil
-}
+// widenBF16 sets dst to the float32 values of src (exact).
+func widenBF16(dst []float32, src []uint16) { kern.WidenBF16(dst, src) }

@@ -18,8 +18,8 @@ import (
 // arithmetic: every SIMD path (AVX2 and AVX-512 compute the same FMA
 // chains) and the portable reference loops (unfused, GOAMD64=v1).
 const (
-	goldenSIMD     = "0d8d4f21fff148131c11a7db95321e474920a91fa2fb9f60a9a54dd4eb87866e"
-	goldenPortable = "1a9873f1db491bd5e26a8019c1a5da27c44ebb73ee8da235f2facde1f7df4cfe"
+	goldenSIMD     = "0043b822e8c41f0d2510a434a061d8ab564576351d7cca707a8e80505acb7fca"
+	goldenPortable = "97625aed5a7a2c709f465c8d9e1690f3b4fd21eb61dca4d87384bda4335ec729"
 )
 
 // pathWorkload trains a small model for a few steps (PG and SFT losses,
@@ -28,9 +28,8 @@ const (
 // logprobs, and the training stats.
 func pathWorkload(t testing.TB) string {
 	t.Helper()
-	cfg := Config{Vocab: 264, Dim: 64, Heads: 4, Layers: 2, Hidden: 88, Context: 96,
-		Positions: PosRope, RopeTheta: 10000, NormEps: 1e-5}
-	m, err := New(cfg, 5)
+	cfg := builtinConfig(64, 4, 2, 88, 96)
+	m, err := NewBuiltin(cfg, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ package model
 import "slices"
 
 // defaultPrefixBudget bounds the bytes of KV caches the prefix cache keeps
-// for a model and its clones. An entry holds a whole cache, 3·L·ctx·d·4
+// for a model and its clones. An entry holds a whole cache, 3·L·T·K·hd·4
 // bytes: 384 KiB for the default model (170 entries fit: the default run's
 // 64 rollouts with room for the sequences compactions and finished
 // rollouts leave behind), 6 MiB for model B (L4 d256 ctx512: 10 entries).
@@ -20,13 +20,17 @@ const defaultPrefixBudget = 64 << 20
 type prefixEntry struct {
 	key   uint64
 	toks  []int32
-	kv    []layerKV
+	kv    *kvCache
 	bytes int64
 	used  uint64 // LRU time of the last insert or use
 }
 
-func kvBytes(c Config) int64 {
-	return int64(c.Layers) * int64(2*c.Context*c.Dim+ktLen(c.Context)*c.Dim) * 4
+func kvBytes(kv *kvCache) int64 {
+	var n int
+	for _, l := range kv.l {
+		n += len(l.k) + len(l.v) + len(l.kt)
+	}
+	return 4 * int64(n)
 }
 
 // SetPrefixCache sets the bytes of KV caches kept across Generate calls for
@@ -82,7 +86,7 @@ func (m *Model) prefixKey() uint64 {
 // the prompt extends whole is taken as it is (the call's longer sequence
 // replaces it afterwards); one it shares only part of is copied and stays.
 // Returns the positions seeded from entries.
-func (p *kvPool) seed(key uint64, seqs []*genSeq, parent, shared []int, c Config) int {
+func (p *kvPool) seed(key uint64, seqs []*genSeq, parent, shared []int, c kvDims, ctx int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seeded := 0
@@ -99,16 +103,16 @@ func (p *kvPool) seed(key uint64, seqs []*genSeq, parent, shared []int, c Config
 		}
 		cover := min(bl, len(pr)-1)
 		if best < 0 || cover == 0 || cover < shared[i] {
-			s.kv = p.get(c, key)
+			s.kv = p.get(key, s.need, ctx)
 			continue
 		}
 		e := p.entries[best]
 		p.clock++
 		e.used = p.clock
-		if bl == len(e.toks) {
+		if bl == len(e.toks) && e.kv.T >= s.need {
 			s.kv = p.remove(best)
 		} else {
-			s.kv = p.get(c, key)
+			s.kv = p.get(key, s.need, ctx)
 			copyKV(s.kv, e.kv, cover, c)
 		}
 		parent[i], shared[i] = -1, cover
@@ -122,15 +126,13 @@ func (p *kvPool) seed(key uint64, seqs []*genSeq, parent, shared []int, c Config
 // cache to the spares when the budget cannot hold one. The call owns its
 // caches until they are inserted, so their keys are laid out before the
 // pool is locked: the other lane's calls need the lock meanwhile.
-func (p *kvPool) keep(key uint64, seqs []*genSeq, c Config) {
-	size := kvBytes(c)
+func (p *kvPool) keep(key uint64, seqs []*genSeq, c kvDims) {
 	p.mu.Lock()
 	budget := p.budget
 	p.mu.Unlock()
-	var ents []*prefixEntry
-	if budget >= size {
-		ents = make([]*prefixEntry, len(seqs))
-		for i, s := range seqs {
+	ents := make([]*prefixEntry, len(seqs))
+	for i, s := range seqs {
+		if size := kvBytes(s.kv); budget >= size {
 			n := len(s.req.Prompt)
 			toks := make([]int32, s.pos)
 			copy(toks, s.req.Prompt)
@@ -146,7 +148,7 @@ func (p *kvPool) keep(key uint64, seqs []*genSeq, c Config) {
 	for i, s := range seqs {
 		kv := s.kv
 		s.kv = nil
-		if ents == nil || p.budget < size {
+		if ents[i] == nil || p.budget < ents[i].bytes {
 			p.put(kv)
 			continue
 		}
@@ -200,7 +202,7 @@ func (p *kvPool) lru(ok func(*prefixEntry) bool) int {
 }
 
 // remove takes entry i out of the cache and returns its KV cache.
-func (p *kvPool) remove(i int) []layerKV {
+func (p *kvPool) remove(i int) *kvCache {
 	e := p.entries[i]
 	p.entries = slices.Delete(p.entries, i, i+1)
 	p.bytes -= e.bytes
@@ -209,7 +211,7 @@ func (p *kvPool) remove(i int) []layerKV {
 
 // untransposeKeys fills the key rows of positions [p0, p1) from the
 // transposed keys (transposeKeys' inverse).
-func untransposeKeys(kv []layerKV, p0, p1 int, c Config) {
+func untransposeKeys(kv *kvCache, p0, p1 int, c kvDims) {
 	eachKeyRow(kv, p0, p1, c, func(row, kt []float32, pos int) {
 		for p := range row {
 			row[p] = kt[ktAt(len(row), pos, p)]

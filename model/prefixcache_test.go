@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -16,7 +17,7 @@ import (
 // prefix cache off: what m samples without any cross-call state.
 func uncached(m *Model) *Model {
 	c := m.Clone()
-	c.kv = &kvPool{}
+	c.kv = &kvPool{cfg: m.cfg}
 	return c
 }
 
@@ -100,10 +101,9 @@ func wantPrefill(reqs []SampleRequest, history [][]int32) int {
 // prefill counter must equal the tokens no earlier request or call covers,
 // and the cache must save most of the prompts.
 func TestPrefixCacheMultiTurn(t *testing.T) {
-	wide := smallConfig(PosRope)
-	wide.Dim, wide.Heads = 80, 2 // hs 40: partial 32-lane blocks
-	cfgs := map[string]Config{"rope": smallConfig(PosRope), "learned": smallConfig(PosLearned), "rope_hs40": wide}
-	for _, name := range []string{"rope", "learned", "rope_hs40"} {
+	wide := builtinConfig(80, 2, 2, 48, 96) // hd 40: partial 32-lane blocks
+	cfgs := map[string]Config{"builtin": smallConfig(), "qwen3": qwen3Small(), "hd40": wide}
+	for _, name := range slices.Sorted(maps.Keys(cfgs)) {
 		t.Run(name, func(t *testing.T) {
 			m := testModel(t, cfgs[name], 11, 5)
 			V := m.cfg.Vocab
@@ -207,8 +207,8 @@ func TestPrefixCacheFollowsWeights(t *testing.T) {
 // prefilled again in full, a kept one is not; a budget below one cache
 // keeps nothing and 0 empties it. Results stay those of an uncached model.
 func TestPrefixCacheBudget(t *testing.T) {
-	m := testModel(t, smallConfig(PosRope), 5, 5)
-	size := kvBytes(m.cfg)
+	m := testModel(t, smallConfig(), 5, 5)
+	size := kvBytes(newKV(m.cfg, m.ctx, true))
 	m.SetPrefixCache(3 * size)
 	r := rand.New(rand.NewPCG(3, 3))
 	prompts := make([][]int32, 5)

@@ -2,85 +2,47 @@ package model
 
 import (
 	"bytes"
-	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
+	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 )
 
-// The safetensors format (https://huggingface.co/docs/safetensors): an
-// 8-byte little-endian header length N, N bytes of JSON mapping each tensor
-// name to {dtype, shape, data_offsets [begin, end)} relative to the data
-// section (plus an optional "__metadata__" of strings), then the raw
-// little-endian data. Tensors are written in slab order with F32 dtype,
-// linear weights as [in, out] (y = x·W).
+// One weights file with its config.json beside it: how a run directory
+// and the built-in model's checkpoints keep weights (an HF directory holds
+// the same two files). Tensors are F32, in HF names and the [out, in]
+// layout, in slab order.
 
-// hfConfig is config.json: the Config plus the HF keys tools look for.
-type hfConfig struct {
-	Architectures     []string `json:"architectures"`
-	ModelType         string   `json:"model_type"`
-	HiddenAct         string   `json:"hidden_act"`
-	TieWordEmbeddings bool     `json:"tie_word_embeddings"`
-	TorchDtype        string   `json:"torch_dtype"`
-	WeightLayout      string   `json:"longhaul_weight_layout"`
-	Config
+// EncodeSafetensors returns the weights as one F32 safetensors file.
+func (m *Model) EncodeSafetensors() ([]byte, error) {
+	var b bytes.Buffer
+	b.Grow(4*m.NumParams() + 64*len(m.specs) + 64)
+	if err := m.encodeShard(&b, m.specs, "F32"); err != nil {
+		return nil, fmt.Errorf("model: encode: %w", err)
+	}
+	return b.Bytes(), nil
 }
 
-func (c Config) hfJSON() ([]byte, error) {
-	b, err := json.MarshalIndent(hfConfig{
-		Architectures: []string{"LonghaulForCausalLM"}, ModelType: "longhaul", HiddenAct: "silu",
-		TieWordEmbeddings: true, TorchDtype: "float32", WeightLayout: "in_out", Config: c,
-	}, "", "  ")
+// configJSON is config.json's bytes.
+func (m *Model) configJSON() ([]byte, error) {
+	b, err := m.cfg.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("model: encode config: %w", err)
 	}
 	return append(b, '\n'), nil
 }
 
-// ConfigPath is the config.json beside a weights file.
-func ConfigPath(weights string) string { return filepath.Join(filepath.Dir(weights), "config.json") }
-
-// EncodeSafetensors returns the weights in safetensors form.
-func (m *Model) EncodeSafetensors() ([]byte, error) {
-	cfgJSON, err := json.Marshal(m.cfg)
-	if err != nil {
-		return nil, fmt.Errorf("model: encode config: %w", err)
-	}
-	// the header is written by hand to keep tensors in slab order
-	var h bytes.Buffer
-	h.WriteString(`{"__metadata__":{"format":"pt","longhaul_config":`)
-	h.WriteString(strconv.Quote(string(cfgJSON)))
-	h.WriteString(`}`)
-	for _, s := range m.specs {
-		shape, _ := json.Marshal(s.shape)
-		fmt.Fprintf(&h, `,%q:{"dtype":"F32","shape":%s,"data_offsets":[%d,%d]}`, s.name, shape, 4*s.off, 4*(s.off+s.size))
-	}
-	h.WriteString(`}`)
-	for h.Len()%8 != 0 { // align the data section, as the reference writer does
-		h.WriteByte(' ')
-	}
-	out := make([]byte, 8, 8+h.Len()+4*len(m.w))
-	binary.LittleEndian.PutUint64(out, uint64(h.Len()))
-	out = append(out, h.Bytes()...)
-	for _, v := range m.w {
-		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
-	}
-	return out, nil
-}
-
 // SaveSafetensors writes the weights to path and config.json beside it,
 // each through a temporary file and a rename.
-func (m *Model) SaveSafetensors(path string) error { return m.writeFiles(path, writeFileAtomic) }
+func (m *Model) SaveSafetensors(path string) error {
+	return m.writeFiles(path, func(p string, b []byte) error {
+		return writeAtomic(p, func(w io.Writer) error { _, err := w.Write(b); return err })
+	})
+}
 
 // WriteFiles writes the weights to path and config.json beside it with
 // plain writes, for a caller that makes them durable itself (a checkpoint
-// directory is fsync'd and renamed as a whole, so a second fsync and rename
-// per file would only slow it down).
+// directory is fsync'd and renamed as a whole).
 func (m *Model) WriteFiles(path string) error {
 	return m.writeFiles(path, func(p string, b []byte) error {
 		if err := os.WriteFile(p, b, 0o644); err != nil {
@@ -101,7 +63,7 @@ func (m *Model) writeFiles(path string, write func(string, []byte) error) error 
 	if err != nil {
 		return err
 	}
-	cfg, err := m.cfg.hfJSON()
+	cfg, err := m.configJSON()
 	if err != nil {
 		return err
 	}
@@ -111,123 +73,34 @@ func (m *Model) writeFiles(path string, write func(string, []byte) error) error 
 	return write(ConfigPath(path), cfg)
 }
 
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("model: write %s: %w", path, err)
+// DecodeSafetensors builds a model from the bytes of one safetensors file
+// and its config (copied into a float32 slab: for weights read with a
+// size limit from an untrusted path).
+func DecodeSafetensors(data []byte, cfg Config) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("model: invalid config: %w", err)
 	}
-	tmp := f.Name()
-	err = f.Chmod(0o644) // CreateTemp makes 0600; weights are meant to be shared
-	if err == nil {
-		_, err = f.Write(data)
+	m := newShell(cfg)
+	if err := m.SetContext(min(cfg.MaxPos, DefaultContext)); err != nil {
+		return nil, err
 	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("model: write %s: %w", path, err)
-	}
-	return nil
-}
-
-// Load reads a model written by SaveSafetensors: the config from the
-// config.json beside path (or, failing that, the file's metadata), the
-// weights from path.
-func Load(path string) (*Model, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("model: load: %w", err)
-	}
-	var cfg *Config
-	if b, err := os.ReadFile(ConfigPath(path)); err == nil {
-		var c Config
-		if err := json.Unmarshal(b, &c); err != nil {
-			return nil, fmt.Errorf("model: load %s: %w", ConfigPath(path), err)
-		}
-		cfg = &c
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("model: load: %w", err)
-	}
-	m, err := DecodeSafetensors(data, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("model: load %s: %w", path, err)
-	}
-	return m, nil
-}
-
-type stTensor struct {
-	DType       string `json:"dtype"`
-	Shape       []int  `json:"shape"`
-	DataOffsets [2]int `json:"data_offsets"`
-}
-
-// DecodeSafetensors builds a model from safetensors bytes. With cfg nil the
-// config comes from the header's "longhaul_config" metadata.
-func DecodeSafetensors(data []byte, cfg *Config) (*Model, error) {
-	if len(data) < 8 {
-		return nil, errors.New("safetensors: file shorter than its 8-byte header length")
-	}
-	hl := binary.LittleEndian.Uint64(data)
-	if hl > uint64(len(data)-8) || hl > 100<<20 {
-		return nil, fmt.Errorf("safetensors: header length %d exceeds the file (%d bytes)", hl, len(data))
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data[8:8+hl], &raw); err != nil {
-		return nil, fmt.Errorf("safetensors: header: %w", err)
-	}
-	body := data[8+hl:]
-	if cfg == nil {
-		var meta map[string]string
-		if err := json.Unmarshal(raw["__metadata__"], &meta); err != nil || meta["longhaul_config"] == "" {
-			return nil, errors.New("safetensors: no config.json and no longhaul_config metadata")
-		}
-		cfg = new(Config)
-		if err := json.Unmarshal([]byte(meta["longhaul_config"]), cfg); err != nil {
-			return nil, fmt.Errorf("safetensors: longhaul_config: %w", err)
-		}
-	}
-	m, err := newEmpty(*cfg)
+	m.setSlab(make([]float32, numParams(m.specs)))
+	seen := map[string]bool{}
+	ents, _, err := parseHeader(bytes.NewReader(data), int64(len(data)), m, seen)
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range m.specs {
-		r, ok := raw[s.name]
-		if !ok {
+		if !seen[s.name] {
 			return nil, fmt.Errorf("safetensors: tensor %q missing", s.name)
 		}
-		var t stTensor
-		if err := json.Unmarshal(r, &t); err != nil {
-			return nil, fmt.Errorf("safetensors: tensor %q: %w", s.name, err)
-		}
-		if t.DType != "F32" {
-			return nil, fmt.Errorf("safetensors: tensor %q has dtype %s, want F32", s.name, t.DType)
-		}
-		if !slices.Equal(t.Shape, s.shape) {
-			return nil, fmt.Errorf("safetensors: tensor %q has shape %v, config wants %v", s.name, t.Shape, s.shape)
-		}
-		b, e := t.DataOffsets[0], t.DataOffsets[1]
-		if b < 0 || e < b || e > len(body) || e-b != 4*s.size {
-			return nil, fmt.Errorf("safetensors: tensor %q has bad data offsets [%d,%d) (data is %d bytes)", s.name, b, e, len(body))
-		}
-		dst := m.w[s.off : s.off+s.size]
-		for i := range dst {
-			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[b+4*i:]))
-		}
 	}
-	if extra := len(raw) - len(m.specs); extra != 0 {
-		if _, ok := raw["__metadata__"]; ok {
-			extra--
-		}
-		if extra != 0 {
-			return nil, fmt.Errorf("safetensors: %d tensors the config does not describe", extra)
-		}
+	for _, e := range ents {
+		s := m.specs[e.spec]
+		convert(m.tf[e.spec], data[e.off:e.off+int64(dtypeSize[e.dtype]*s.size)], e.dtype)
 	}
 	return m, nil
 }
+
+// configFileOf is the config.json of an HF directory.
+func configFileOf(dir string) string { return filepath.Join(dir, configFile) }

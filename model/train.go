@@ -1,14 +1,9 @@
 package model
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"math"
 )
 
@@ -164,6 +159,7 @@ func NewTrainer(m *Model, oc OptimConfig) (*Trainer, error) {
 	if err := oc.Validate(); err != nil {
 		return nil, err
 	}
+	m.ensureF32() // the master weights
 	n := len(m.w)
 	return &Trainer{m: m, oc: oc, mom: make([]float64, n), vel: make([]float64, n), grad: make([]float32, n)}, nil
 }
@@ -251,22 +247,43 @@ func (m *Model) gradient(ctx context.Context, seqs []Sequence, lc LossConfig, gr
 		if lo == hi {
 			return
 		}
-		ws := m.workspace(s, true)
-		clear(ws.grad)
 		st[s].ran = true
-		for i := lo; i < hi; i++ {
+		// the shard's sequences packed into batches of at most packRows
+		// rows (a longer sequence is a batch of its own), in order
+		var cuts []int
+		most := 1
+		for i := lo; i < hi; {
+			rows, j := 0, i
+			for ; j < hi && (j == i || rows+len(seqs[j].Tokens) <= m.packRows()); j++ {
+				if weight[j] != 0 {
+					rows += len(seqs[j].Tokens)
+				}
+			}
+			cuts, most, i = append(cuts, j), max(most, rows), j
+		}
+		ws := m.workspace(s, most, true)
+		clear(ws.grad)
+		i := lo
+		for _, j := range cuts {
 			if err := ctx.Err(); err != nil {
 				st[s].err = err
 				return
 			}
-			if weight[i] == 0 {
-				continue
+			b := &ws.b
+			b.reset()
+			for k := i; k < j; k++ {
+				if weight[k] != 0 {
+					b.add(&seqs[k], k)
+				}
 			}
-			m.forward(ws, seqs[i].Tokens, 0, ws.kv, false)
-			m.lossGrad(ws, &seqs[i], lc, weight[i], &st[s])
-			if grad != nil {
-				m.backward(ws, seqs[i].Tokens)
+			if b.n > 0 {
+				m.forwardBatch(ws, b)
+				m.lossGrad(ws, b, seqs, lc, weight, &st[s])
+				if grad != nil {
+					m.backwardBatch(ws, b)
+				}
 			}
+			i = j
 		}
 	})
 	var loss, kl float64
@@ -361,16 +378,17 @@ func TokenLoss(lc *LossConfig, lp float64, s *Sequence, i int) (loss, dlp float6
 	return loss, dlp, clipped, kl
 }
 
-// lossGrad computes the loss of one forwarded sequence into st and writes
-// dlogits: row t−1 gets w·dlp·(onehot(tok_t) − softmax(row)).
-func (m *Model) lossGrad(ws *workspace, s *Sequence, lc LossConfig, w float64, st *shardStats) {
-	V, n := m.cfg.Vocab, len(s.Tokens)
-	clear(ws.dlogits[:n*V])
-	for t := 1; t < n; t++ {
-		if s.Mask[t] == 0 {
-			continue
-		}
-		row := ws.logits[(t-1)*V : t*V]
+// lossGrad adds the loss of a forwarded batch's trained tokens to st and
+// writes dlogits: the row of sel[i] (predicting token selT[i] of sequence
+// selSeq[i]) gets w·dlp·(onehot(tok) − softmax(row)), w its sequence's
+// weight.
+func (m *Model) lossGrad(ws *workspace, b *batch, seqs []Sequence, lc LossConfig, weight []float64, st *shardStats) {
+	V := m.cfg.Vocab
+	clear(ws.dlogits[:len(b.sel)*V])
+	for i := range b.sel {
+		s, t := &seqs[b.selSeq[i]], int(b.selT[i])
+		w := weight[b.selSeq[i]]
+		row := ws.logits[i*V : (i+1)*V]
 		lse, sum := logSumExp(row, ws.e)
 		tok := s.Tokens[t]
 		lp := float64(row[tok] - lse)
@@ -385,13 +403,22 @@ func (m *Model) lossGrad(ws *workspace, s *Sequence, lc LossConfig, w float64, s
 		if g == 0 {
 			continue
 		}
-		drow := ws.dlogits[(t-1)*V : t*V]
+		drow := ws.dlogits[i*V : (i+1)*V]
 		ng := -g / sum
 		for j, e := range ws.e[:V] {
 			drow[j] = ng * e
 		}
 		drow[tok] += g
 	}
+}
+
+// packRows is the most rows a training batch packs (a longer sequence is
+// a batch of its own): the workspace's activations scale with it.
+func (m *Model) packRows() int {
+	if m.packMax > 0 {
+		return m.packMax
+	}
+	return max(m.ctx, 512)
 }
 
 func gradNorm(g []float32) float64 {
@@ -408,7 +435,7 @@ func gradNorm(g []float32) float64 {
 // contiguous ranges of equal size updated concurrently: every element gets
 // the same arithmetic wherever the split falls.
 func (t *Trainer) adamw(lr float64) {
-	t.m.wver++ // decode's transposed and packed copies are stale
+	t.m.weightsChanged() // decode's transposed and packed copies are stale
 	total := numParams(t.m.specs)
 	runShards(func(sh int) {
 		a, b := sh*total/nShards, (sh+1)*total/nShards
@@ -419,89 +446,4 @@ func (t *Trainer) adamw(lr float64) {
 			}
 		}
 	})
-}
-
-// Trainer state file: magic, version, step, parameter count, layout hash,
-// both moments as little-endian float64, then SHA-256 of all of it.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-const (
-	stateMagic   = "LHADAMW\x00"
-	stateVersion = 2 // 2: CRC32C trailer (1 had SHA-256)
-)
-
-func (t *Trainer) layoutHash() [32]byte {
-	h := sha256.New()
-	for _, s := range t.m.specs {
-		fmt.Fprintf(h, "%s%v;", s.name, s.shape)
-	}
-	var d [32]byte
-	h.Sum(d[:0])
-	return d
-}
-
-// SaveState writes the optimizer state (step and AdamW moments) exactly.
-// With the weights (SaveSafetensors) it is everything needed to resume.
-func (t *Trainer) SaveState(w io.Writer) error {
-	// One buffer, one write: the state is a few MB of float64s, and
-	// writing them 8 bytes at a time made checkpoints CPU-bound.
-	lh := t.layoutHash()
-	buf := make([]byte, 0, len(stateMagic)+4+8+8+len(lh)+16*len(t.mom)+4)
-	buf = append(buf, stateMagic...)
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(stateVersion))
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(t.step))
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(len(t.mom)))
-	buf = append(buf, lh[:]...)
-	for _, sl := range [][]float64{t.mom, t.vel} {
-		for _, v := range sl {
-			buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(v))
-		}
-	}
-	// A CRC32C catches corruption as well as a hash here (checkpoints add
-	// a SHA-256 per file in their manifest) at several times the speed.
-	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
-	if _, err := w.Write(buf); err != nil {
-		return fmt.Errorf("model: save trainer state: %w", err)
-	}
-	return nil
-}
-
-// LoadState restores what SaveState wrote, for a trainer of the same
-// architecture; the checksum must match.
-func (t *Trainer) LoadState(r io.Reader) error {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return fmt.Errorf("model: load trainer state: %w", err)
-	}
-	n := len(t.mom)
-	hdrLen := 8 + 4 + 8 + 8 + 32
-	want := hdrLen + 16*n + 4
-	if len(data) < hdrLen || string(data[:8]) != stateMagic {
-		return errors.New("model: load trainer state: not a longhaul trainer state file (bad magic)")
-	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != stateVersion {
-		return fmt.Errorf("model: load trainer state: version %d, want %d", v, stateVersion)
-	}
-	if got := binary.LittleEndian.Uint64(data[20:]); got != uint64(n) {
-		return fmt.Errorf("model: load trainer state: %d parameters, model has %d", got, n)
-	}
-	lh := t.layoutHash()
-	if !bytes.Equal(data[28:60], lh[:]) {
-		return errors.New("model: load trainer state: saved for a different architecture")
-	}
-	if len(data) != want {
-		return fmt.Errorf("model: load trainer state: %d bytes, want %d (truncated?)", len(data), want)
-	}
-	if crc32.Checksum(data[:want-4], castagnoli) != binary.LittleEndian.Uint32(data[want-4:]) {
-		return errors.New("model: load trainer state: checksum mismatch (corrupt file)")
-	}
-	t.step = int64(binary.LittleEndian.Uint64(data[12:]))
-	off := hdrLen
-	for _, sl := range [][]float64{t.mom, t.vel} {
-		for i := range sl {
-			sl[i] = math.Float64frombits(binary.LittleEndian.Uint64(data[off:]))
-			off += 8
-		}
-	}
-	return nil
 }

@@ -7,9 +7,10 @@ import (
 	"slices"
 	"sync"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/failure"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -100,18 +101,18 @@ func (l *loop) agentPrompt(ctx context.Context, c env.AgentCall) ([]int32, error
 	if t := env.RenderTools(c.Tools); t != "" {
 		msgs = append([]env.Message{{Role: "system", Content: t}}, msgs...)
 	}
-	prompt := []int32{tokenizer.BOS}
+	prompt := l.app.AppendStart(nil)
 	for i, m := range msgs {
-		role := tokenizer.Role(m.Role)
+		role := m.Role
 		if m.Role == "tool" {
-			role = tokenizer.RoleTool
+			role = lhtok.RoleTool
 		}
 		var err error
-		if prompt, err = tokenizer.AppendMessage(prompt, tokenizer.Message{Role: role, Content: m.Content}); err != nil {
+		if prompt, err = l.app.AppendMessage(prompt, lhtok.Message{Role: role, Content: m.Content}); err != nil {
 			return nil, failure.NewData("agent.call", fmt.Errorf("message %d: %w", i, err))
 		}
 	}
-	return append(prompt, tokenizer.Assistant), nil
+	return l.app.AppendGenerationPrompt(prompt), nil
 }
 
 // agentReply reads a sampled reply for the agent: under a chat template
@@ -129,7 +130,7 @@ func (l *loop) agentReply(fc runlog.CallFinished, tools []env.Tool) env.AgentRep
 				Function: env.FunctionCall{Name: tc.Name, Arguments: string(tc.Arguments)}})
 		}
 	} else {
-		rep.Text = tokenizer.DecodeText(fc.Sampled)
+		rep.Text = l.app.Text(fc.Sampled)
 		if len(tools) > 0 {
 			rep.ToolCalls = env.ParseToolCall(rep.Text, tools, fmt.Sprintf("call_%d_0", fc.Call)).ToolCalls
 		}

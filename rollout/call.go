@@ -8,10 +8,11 @@ import (
 	"fmt"
 	"slices"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -67,8 +68,8 @@ func (l *loop) accept(prompt []int32, call runlog.CallFinished) {
 		// agent's own rendering): the message is rendered on its own.
 		toks = append(append(append(make([]int32, 0, len(l.genPrompt)+len(call.Sampled)+len(marker)), l.genPrompt...), call.Sampled...), marker...)
 	}
-	l.reply, l.replyOf = tokenizer.DecodeText(call.Sampled), call.Sampled
-	l.msgs = append(l.msgs, compaction.Message{Role: tokenizer.RoleAssistant, Content: l.reply, Tokens: toks})
+	l.reply, l.replyOf = l.app.Text(call.Sampled), call.Sampled
+	l.msgs = append(l.msgs, compaction.Message{Role: lhtok.RoleAssistant, Content: l.reply, Tokens: toks})
 }
 
 // delta returns the call's stored prompt form against the previous

@@ -7,7 +7,6 @@ import (
 
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/failure"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
@@ -38,7 +37,7 @@ func (l *loop) maybeCompactChat(ctx context.Context) error {
 	old := slices.Clone(br.Messages())
 	cm := make([]compaction.Message, len(old))
 	for i, m := range old {
-		cm[i] = compaction.Message{Role: tokenizer.Role(m.Role), Content: m.Content, Tokens: []int32{int32(-1 - i)}}
+		cm[i] = compaction.Message{Role: m.Role, Content: m.Content, Tokens: []int32{int32(-1 - i)}}
 	}
 	before, afterCall := len(br.Prompt()), l.lastSelected
 	var res compaction.Result
@@ -118,7 +117,7 @@ func fromCompaction(res compaction.Result, old []lhtok.Message) ([]lhtok.Message
 			continue
 		}
 		switch {
-		case m.Role == tokenizer.RoleSummary:
+		case m.Role == lhtok.RoleSummary:
 			out = append(out, lhtok.Message{Role: SummaryRole, Content: m.Content})
 		case len(replaced) > 0:
 			r := old[replaced[0]]

@@ -11,7 +11,6 @@ import (
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -46,9 +45,9 @@ func testQwen3Compaction(t *testing.T, cc compaction.Config, mode bridge.History
 	c := qwen3(t)
 	ctx := context.Background()
 	const think = "<think>\nhm\n</think>\n\n"
-	obsRole := tokenizer.RoleUser
+	obsRole := lhtok.RoleUser
 	if cc.Policy == compaction.PolicyElideTool {
-		obsRole = tokenizer.RoleTool
+		obsRole = lhtok.RoleTool
 	}
 	mk := func(rec rollout.Recorder) rollout.Spec {
 		g := &promptGen{qwenGen{tok: c.Tok, replies: []string{"balance", "add 3 to rent", think + "show", "add 2 to food"}}}

@@ -8,11 +8,9 @@ import (
 
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/failure"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 )
 
@@ -35,11 +33,16 @@ type chatState struct {
 	menv env.MessageEnvironment
 }
 
-// initBridged decides between the byte loop (nil or bytetok.Chat: today's
-// tokens, bit for bit) and the bridge.
+// initBridged decides between the appending loop (a tokenizer.Appender
+// such as the byte template, the default: the context grows by rendered
+// messages) and the bridge.
 func (l *loop) initBridged() error {
-	switch l.s.Chat.(type) {
-	case nil, bytetok.Chat, *bytetok.Chat:
+	c := l.s.Chat
+	if c == nil {
+		c = DefaultChat
+	}
+	if a, ok := c.(lhtok.Appender); ok {
+		l.app = a
 		return nil
 	}
 	l.bridged = true
@@ -56,7 +59,7 @@ func (l *loop) text(sampled []int32) string {
 	if l.bridged {
 		return l.cb.tok.Decode(l.cb.trim(sampled))
 	}
-	return tokenizer.DecodeText(sampled)
+	return l.app.Text(sampled)
 }
 
 // trim drops a final stop token: the parsers read the turn's text without it.

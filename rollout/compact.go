@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"slices"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/failure"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -30,7 +31,7 @@ func (l *loop) maybeCompact(ctx context.Context) error {
 			return err
 		}
 		old := l.msgs
-		if err := l.appendMsg(tokenizer.RoleUser, sp.SummaryRequest()); err != nil {
+		if err := l.appendMsg(lhtok.RoleUser, sp.SummaryRequest()); err != nil {
 			return err
 		}
 		prompt := l.promptOf(l.ctx)
@@ -54,7 +55,10 @@ func (l *loop) maybeCompact(ctx context.Context) error {
 			return nil
 		}
 	}
-	newCtx := l.render(res.Messages)
+	newCtx, err := l.render(res.Messages)
+	if err != nil {
+		return failure.NewData("compaction", err)
+	}
 	ev := runlog.Compaction{Rollout: l.s.Rollout, Attempt: l.s.Attempt, Boundary: l.compactions, AfterCall: afterCall,
 		Policy: l.policy.Name(), Lineage: res.Lineage, TokensBefore: uint32(before), TokensAfter: uint32(len(newCtx))}
 	if err := l.declareCompaction(ctx, ev); err != nil {

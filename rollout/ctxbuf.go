@@ -2,7 +2,7 @@ package rollout
 
 import (
 	"github.com/longhaul-rl/longhaul/compaction"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 )
 
 // The byte path's context lives in one growing array (the arena) instead
@@ -85,9 +85,9 @@ func (l *loop) extend(dst, toks []int32) []int32 {
 
 // appendMsg adds a message to the context: its tokens are rendered
 // straight into the arena, and the message keeps a view of them.
-func (l *loop) appendMsg(role tokenizer.Role, content string) error {
+func (l *loop) appendMsg(role string, content string) error {
 	start := len(l.ctx)
-	buf, err := tokenizer.AppendMessage(l.reserve(l.ctx, len(content)+2), tokenizer.Message{Role: role, Content: content})
+	buf, err := l.app.AppendMessage(l.reserve(l.ctx, len(content)+2), lhtok.Message{Role: role, Content: content})
 	if err != nil {
 		return err
 	}
@@ -96,13 +96,21 @@ func (l *loop) appendMsg(role tokenizer.Role, content string) error {
 	return nil
 }
 
-// render returns the context of msgs (after a compaction):
-// compaction.Render's tokens, written after the old context when the
-// arena has room, else into a new arena.
-func (l *loop) render(msgs []compaction.Message) []int32 {
-	n := 1
-	for _, m := range msgs {
-		n += len(m.Tokens)
+// render returns the context of msgs (after a compaction): the
+// template's start and every message's tokens (a message a policy wrote
+// is rendered here, with the run's template), written after the old
+// context when the arena has room, else into a new arena.
+func (l *loop) render(msgs []compaction.Message) ([]int32, error) {
+	n := len(l.open)
+	for i := range msgs {
+		if msgs[i].Tokens == nil {
+			toks, err := l.app.AppendMessage(nil, lhtok.Message{Role: msgs[i].Role, Content: msgs[i].Content})
+			if err != nil {
+				return nil, err
+			}
+			msgs[i].Tokens = toks
+		}
+		n += len(msgs[i].Tokens)
 	}
 	var buf []int32
 	if len(l.arena) > 0 && cap(l.arena)-len(l.arena) >= n {
@@ -112,9 +120,9 @@ func (l *loop) render(msgs []compaction.Message) []int32 {
 		l.arena = nil
 		buf = l.reserve(nil, n)
 	}
-	buf = append(buf, tokenizer.BOS)
+	buf = append(buf, l.open...)
 	for _, m := range msgs {
 		buf = append(buf, m.Tokens...)
 	}
-	return l.commit(buf)
+	return l.commit(buf), nil
 }

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"testing"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -87,10 +89,10 @@ func (r *retainer) checkRecord(t *testing.T, summaryRequest string) {
 	for k, p := range r.promptCopies {
 		// Every prompt is a whole conversation: BOS, messages, the
 		// generation prompt (after a compaction too).
-		if n := len(p); n == 0 || p[n-1] != tokenizer.Assistant {
+		if n := len(p); n == 0 || p[n-1] != bytetok.Assistant {
 			t.Fatalf("prompt %d does not end with the generation prompt: %v", k, p)
 		}
-		if re, err := tokenizer.Render(tokenizer.Parse(p[:len(p)-1]), true); err != nil || !slices.Equal(re, p) {
+		if re, err := bytetok.Render(bytetok.Parse(p[:len(p)-1]), true); err != nil || !slices.Equal(re, p) {
 			t.Fatalf("prompt %d is not a rendered conversation: %v", k, p)
 		}
 	}
@@ -106,21 +108,21 @@ func (r *retainer) checkRecord(t *testing.T, summaryRequest string) {
 			continue
 		}
 		want := append(slices.Clone(prev), calls[k].Sampled...)
-		if last := calls[k].Sampled[len(calls[k].Sampled)-1]; last != tokenizer.End {
-			want = append(want, tokenizer.End)
+		if last := calls[k].Sampled[len(calls[k].Sampled)-1]; last != bytetok.End {
+			want = append(want, bytetok.End)
 		}
 		var err error
 		if obs[k] != "" {
-			if want, err = tokenizer.AppendMessage(want, tokenizer.Message{Role: tokenizer.RoleUser, Content: obs[k]}); err != nil {
+			if want, err = bytetok.AppendMessage(want, lhtok.Message{Role: lhtok.RoleUser, Content: obs[k]}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		plain := append(slices.Clone(want), tokenizer.Assistant)
-		summary, err := tokenizer.AppendMessage(slices.Clone(want), tokenizer.Message{Role: tokenizer.RoleUser, Content: summaryRequest})
+		plain := append(slices.Clone(want), bytetok.Assistant)
+		summary, err := bytetok.AppendMessage(slices.Clone(want), lhtok.Message{Role: lhtok.RoleUser, Content: summaryRequest})
 		if err != nil {
 			t.Fatal(err)
 		}
-		summary = append(summary, tokenizer.Assistant)
+		summary = append(summary, bytetok.Assistant)
 		if !slices.Equal(next, plain) && (summaryRequest == "" || !slices.Equal(next, summary)) {
 			t.Fatalf("prompt %d does not continue prompt %d:\n got %v\nwant %v", k+1, k, next, plain)
 		}
@@ -217,7 +219,7 @@ func TestKeptSlicesNeverChange(t *testing.T) {
 // compaction its message list, lineage and event, per rollout the loop,
 // its environment and episode); the code before this test: 25.0.
 func TestLoopAllocs(t *testing.T) {
-	toks := append(tokenizer.Encode("1+2=3"), tokenizer.End)
+	toks := append(bytetok.Encode("1+2=3"), bytetok.End)
 	g := shared{{Tokens: toks, Logprobs: make([]float32, len(toks)), Finish: runlog.FinishStop}}
 	keepGoing := func(context.Context) (env.Environment, error) {
 		return reg.New("ledger", json.RawMessage(`{"stop_on_error":false}`))

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // frame reads the framing tokens from the chat template: the empty
@@ -15,11 +14,12 @@ import (
 func (l *loop) frame(ctx context.Context) error {
 	c := l.s.Chat
 	if c == nil {
-		c = bytetok.Chat{}
+		c = DefaultChat
 	}
-	if _, ok := c.(bytetok.Chat); ok {
-		// The byte template's framing is fixed: read once per process,
-		// not three allocations per rollout. The loop only reads it.
+	if c == DefaultChat {
+		// The default template's framing is fixed: read once per
+		// process, not three allocations per rollout. The loop only
+		// reads it.
 		f := byteFrame()
 		if f.err != nil {
 			return f.err
@@ -39,7 +39,7 @@ type framing struct {
 // byteFrame is the byte template's framing, computed on first use.
 var byteFrame = sync.OnceValue(func() framing {
 	var l loop
-	err := l.frameOf(context.Background(), bytetok.Chat{})
+	err := l.frameOf(context.Background(), DefaultChat)
 	return framing{l.open, l.genPrompt, l.stops, err}
 })
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/gen"
-	bt "github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
@@ -20,7 +19,7 @@ type framedChat struct{ bytetok.Chat }
 
 type framedTok struct{ bytetok.Tok }
 
-func (framedTok) StopTokens() []int32 { return []int32{bt.End, bt.EOS} }
+func (framedTok) StopTokens() []int32 { return []int32{bytetok.End, bytetok.EOS} }
 
 func (framedChat) Tokenizer() lhtok.Tokenizer { return framedTok{} }
 
@@ -51,12 +50,12 @@ func TestFramingFromChat(t *testing.T) {
 		if _, err := rollout.Run(context.Background(), spec, nil); err != nil {
 			t.Fatal(err)
 		}
-		wantGen, wantStop := []int32{bt.Assistant}, []int32{bt.End}
+		wantGen, wantStop := []int32{bytetok.Assistant}, []int32{bytetok.End}
 		if c != nil {
-			wantGen, wantStop = []int32{bt.Assistant, ' '}, []int32{bt.End, bt.EOS}
+			wantGen, wantStop = []int32{bytetok.Assistant, ' '}, []int32{bytetok.End, bytetok.EOS}
 		}
 		for i, r := range g.reqs {
-			if r.Prompt[0] != bt.BOS || !slices.Equal(r.Prompt[len(r.Prompt)-len(wantGen):], wantGen) || !slices.Equal(r.Stop, wantStop) {
+			if r.Prompt[0] != bytetok.BOS || !slices.Equal(r.Prompt[len(r.Prompt)-len(wantGen):], wantGen) || !slices.Equal(r.Stop, wantStop) {
 				t.Fatalf("chat %T call %d: prompt ends %v, stop %v", c, i, r.Prompt[len(r.Prompt)-3:], r.Stop)
 			}
 		}

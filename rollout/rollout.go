@@ -16,12 +16,13 @@ import (
 	"log/slog"
 	"strings"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -133,7 +134,7 @@ type loop struct {
 	envStale bool             // env lags the log (pending is not empty)
 
 	msgs []compaction.Message
-	ctx  []int32 // == compaction.Render(msgs); a view of arena (ctxbuf.go)
+	ctx  []int32 // the start and msgs' tokens; a view of arena (ctxbuf.go)
 	// arena is the array the context grows in; its len is the written
 	// part, never rewritten.
 	arena []int32
@@ -157,7 +158,7 @@ type loop struct {
 	success      bool
 	compactions  uint32
 	compactedAt  int // turn of the last compaction; -1 if none
-	obsRole      tokenizer.Role
+	obsRole      string
 	// episode is the attempt that started the current episode (the first
 	// attempt, or the last one that restarted it): environment keys name
 	// it, so an attempt that continues an episode repeats the keys of the
@@ -169,8 +170,10 @@ type loop struct {
 	// also closes a length-truncated reply).
 	open, genPrompt, stops []int32
 
-	// bridged is set for a Chat other than the byte template: cb holds
-	// its token record (chatloop.go).
+	// app renders an appending Chat's context (the byte template's);
+	// bridged is set for any other Chat: cb holds its token record
+	// (chatloop.go).
+	app     lhtok.Appender
 	bridged bool
 	cb      chatState
 	// req is the one-request batch of every call, kept so that a call
@@ -207,7 +210,7 @@ func newLoop(s Spec, prior []runlog.Event) (*loop, error) {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	if l.obsRole == "" {
-		l.obsRole = tokenizer.RoleUser
+		l.obsRole = lhtok.RoleUser
 	}
 	l.policy = s.Policy
 	if l.policy == nil {
@@ -386,11 +389,11 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	// each), so the list does not regrow turn by turn.
 	l.msgs = make([]compaction.Message, 0, 16)
 	if l.s.System != "" {
-		if err := l.appendMsg(tokenizer.RoleSystem, l.s.System); err != nil {
+		if err := l.appendMsg(lhtok.RoleSystem, l.s.System); err != nil {
 			return Result{}, err
 		}
 	}
-	if err := l.appendMsg(tokenizer.RoleUser, obs); err != nil {
+	if err := l.appendMsg(lhtok.RoleUser, obs); err != nil {
 		return Result{}, err
 	}
 
@@ -442,7 +445,7 @@ func (l *loop) parse(sampled []int32) string {
 	if len(sampled) > 0 && len(sampled) == len(l.replyOf) && &sampled[0] == &l.replyOf[0] {
 		return strings.TrimSpace(l.reply) // the reply accept just decoded
 	}
-	return strings.TrimSpace(tokenizer.DecodeText(sampled))
+	return strings.TrimSpace(l.app.Text(sampled))
 }
 
 func (l *loop) seal(ctx context.Context, outcome string) (Result, error) {

@@ -7,10 +7,10 @@ import (
 	"github.com/longhaul-rl/longhaul/compaction"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bridge"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
 )
 
@@ -52,8 +52,8 @@ type Spec struct {
 	// per rollout).
 	StageSeal bool
 
-	System          string         // optional system message
-	ObservationRole tokenizer.Role // role of environment observations; default user
+	System          string // optional system message
+	ObservationRole string // role of environment observations; default user
 	Limits          Limits
 	Sampling        Sampling
 	Compaction      compaction.Config
@@ -67,11 +67,12 @@ type Spec struct {
 	// byte tokens, trimmed.
 	Parse  func(sampled []int32) string
 	Logger *slog.Logger
-	// Chat renders the conversation; nil (or bytetok.Chat) is the byte
-	// tokenizer's template, the embedded model's, rendered as always by
-	// compaction's messages. Any other Chat drives the rollout through the
-	// bridge (tokenizer/bridge, chatloop.go): each prompt is the previous
-	// prompt + the sampled tokens + the rendered new messages.
+	// Chat renders the conversation; nil is DefaultChat. A Chat that
+	// renders by appending (tokenizer.Appender: the byte template, the
+	// embedded model's) builds the context message by message; any other
+	// drives the rollout through the bridge (tokenizer/bridge,
+	// chatloop.go): each prompt is the previous prompt + the sampled
+	// tokens + the rendered new messages.
 	Chat lhtok.Chat
 	// History is tokenizer.history for a bridged Chat (default append).
 	History bridge.History
@@ -81,6 +82,10 @@ type Spec struct {
 	// calls, reasoning); nil parses no tool calls.
 	ToolParser toolcall.Parser
 }
+
+// DefaultChat is the chat template of a Spec without one: longhaul's byte
+// tokenizer and template, the built-in model's.
+var DefaultChat lhtok.Appender = bytetok.Chat{}
 
 // Result is how a rollout ended.
 type Result struct {

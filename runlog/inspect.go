@@ -13,8 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/store"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // Report summarises a run directory for `longhaul inspect`. The JSON names
@@ -341,8 +341,8 @@ func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutRepo
 				seg = r.Calls[v.Call].Segment
 			}
 			rep.Calls = append(rep.Calls, CallReport{Call: v.Call, Attempt: v.Attempt, Version: v.Version, Segment: seg, Finish: v.Finish, Selected: v.Selected, Reject: v.Reject,
-				PromptPrefix: v.PromptPrefix, PromptTokens: len(prompts[nc]), Prompt: tokenizer.Decode(prompts[nc]), PromptSuffix: tokenizer.Decode(v.PromptSuffix),
-				Sampled: tokenizer.Decode(v.Sampled), SampledCount: len(v.Sampled)})
+				PromptPrefix: v.PromptPrefix, PromptTokens: len(prompts[nc]), Prompt: bytetok.Decode(prompts[nc]), PromptSuffix: bytetok.Decode(v.PromptSuffix),
+				Sampled: bytetok.Decode(v.Sampled), SampledCount: len(v.Sampled)})
 			nc++
 		case EnvStep:
 			rep.EnvSteps = append(rep.EnvSteps, EnvStepReport{Attempt: v.Attempt, Turn: v.Turn, Action: v.Action, Observation: v.Observation, Reward: v.Reward, Done: v.Done})

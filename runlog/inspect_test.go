@@ -11,8 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/failure"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 )
 
 func TestInspect(t *testing.T) {
@@ -23,8 +25,8 @@ func TestInspect(t *testing.T) {
 	l := openLog(t, dir, Options{})
 	g0, g1 := NewGroupID(testSeed, 0, 0), NewGroupID(testSeed, 0, 1)
 	r0 := RolloutID{g0, 0}
-	prompt, _ := tokenizer.Render([]tokenizer.Message{{Role: tokenizer.RoleUser, Content: "hi"}}, true)
-	sample := append(tokenizer.Encode("yo"), tokenizer.End)
+	prompt, _ := bytetok.Render([]lhtok.Message{{Role: lhtok.RoleUser, Content: "hi"}}, true)
+	sample := append(bytetok.Encode("yo"), bytetok.End)
 	mustAppend(t, l, RunStarted{Seed: testSeed, Mode: "deterministic"},
 		PromptAdmitted{Cursor: 0, PromptID: "p0", Group: g0, Size: 1},
 		PromptAdmitted{Cursor: 1, PromptID: "p1", Group: g1, Size: 1})
@@ -34,7 +36,7 @@ func TestInspect(t *testing.T) {
 	mustAppend(t, l, CallFinished{Rollout: r0, Attempt: 2, Call: 0, PromptSuffix: prompt, Sampled: sample, Logprobs: make([]float32, len(sample)), Finish: FinishStop, Selected: true})
 	mustAppend(t, l, EnvStep{Rollout: r0, Attempt: 2, Turn: 0, Action: "yo", Observation: "ok", Reward: 1, Done: true})
 	mustAppend(t, l, Compaction{Rollout: r0, Attempt: 2, Boundary: 0, AfterCall: 0, Policy: "recency", Lineage: []Lineage{{0, OpKept}, {1, OpDropped}}})
-	mustAppend(t, l, CallFinished{Rollout: r0, Attempt: 2, Call: 1, PromptSuffix: []int32{tokenizer.BOS}, Sampled: sample, Logprobs: make([]float32, len(sample)), Finish: FinishStop, Selected: true})
+	mustAppend(t, l, CallFinished{Rollout: r0, Attempt: 2, Call: 1, PromptSuffix: []int32{bytetok.BOS}, Sampled: sample, Logprobs: make([]float32, len(sample)), Finish: FinishStop, Selected: true})
 	mustAppend(t, l, RolloutSealed{Rollout: r0, Attempt: 2, Outcome: OutcomeCompleted, Reward: 1, Success: true}, GroupCommitted{Group: g0})
 	mustAppend(t, l, StepTrained{Step: 1, Groups: []GroupID{g0}, Version: 1})
 	mustAppend(t, l, CheckpointDurable{Step: 1, Version: 1, Path: "ckpt/step-1"})
@@ -76,7 +78,7 @@ func TestInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rr.Calls) != 2 || rr.Calls[0].Prompt != tokenizer.Decode(prompt) || rr.Calls[0].Sampled != "yo<|end|>" || rr.Calls[1].Segment != 1 ||
+	if len(rr.Calls) != 2 || rr.Calls[0].Prompt != bytetok.Decode(prompt) || rr.Calls[0].Sampled != "yo<|end|>" || rr.Calls[1].Segment != 1 ||
 		len(rr.Failures) != 1 || rr.Failures[0].Class != failure.Infra || len(rr.Compactions) != 1 || len(rr.EnvSteps) != 1 || len(rr.Attempts) != 2 {
 		b, _ := json.MarshalIndent(rr, "", " ")
 		t.Fatalf("rollout report: %s", b)

@@ -10,12 +10,13 @@ import (
 	"io"
 	"os"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/controller"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -98,7 +99,7 @@ func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int
 			d.Task.ID = fmt.Sprintf("demo-%d", d.line)
 		}
 		calls := d.Calls
-		script := oracleGen(ch, func([]tokenizer.Message) (string, error) {
+		script := oracleGen(ch, func([]lhtok.Message) (string, error) {
 			if len(calls) == 0 {
 				return "", failure.NewData("demo", fmt.Errorf("%s: the episode asks for more model calls than the %d given", where, len(d.Calls)))
 			}
@@ -117,7 +118,7 @@ func fileDemos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int
 			return nil, fmt.Errorf("warmstart: demonstration %s: the episode ended (%s) with %d of its %d calls unused", where, res.Outcome, len(calls), len(d.Calls))
 		}
 		trace, bounds := rollout.Trace(rec.Events(), id)
-		segs, _, err := segment.Build(trace, bounds, cfg.DemoSegmentConfig())
+		segs, _, err := segment.Build(trace, bounds, ch.segConfig(cfg))
 		if err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %s: %w", where, err)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/longhaul-rl/longhaul/config"
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/examples"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 func TestParseDemosErrorsNameTheLine(t *testing.T) {
@@ -50,11 +50,11 @@ func TestDemosTrainSummaries(t *testing.T) {
 		for _, r := range rows {
 			// A summary row's sampled tokens follow the request
 			// "summarize<|end|><|assistant|>": count trained tokens there.
-			text := tokenizer.Decode(r.Tokens)
+			text := bytetok.Decode(r.Tokens)
 			if !strings.Contains(text, "summarize<|end|><|assistant|>") {
 				continue
 			}
-			for i := len(r.Tokens) - 1; i >= 0 && r.Tokens[i] != tokenizer.Assistant; i-- {
+			for i := len(r.Tokens) - 1; i >= 0 && r.Tokens[i] != bytetok.Assistant; i-- {
 				if r.Mask[i] == 1 {
 					trained++
 				}

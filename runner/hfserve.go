@@ -15,7 +15,7 @@ import (
 
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
-	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/server"
 	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/chat"
@@ -31,7 +31,7 @@ type HFServeOptions struct {
 	Logger     *slog.Logger
 }
 
-// HFBackend serves a Hugging Face model directory (model/llama) with its
+// HFBackend serves a Hugging Face model directory (package model) with its
 // tokenizer, chat template and generation_config.json: text and token-id
 // prompts, chat with tools, /tokenize and /detokenize, the same handlers
 // as the byte model (server.Text). A directory without tokenizer.json is
@@ -43,11 +43,11 @@ func HFBackend(ctx context.Context, dir string, o HFServeOptions) (server.Backen
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := llama.LoadDir(dir)
+	m, err := model.LoadDir(dir)
 	if err != nil {
 		return server.Backend{}, fmt.Errorf("serve: %w", err)
 	}
-	eg := gembedded.NewHF(m, max(versionBeside(filepath.Join(dir, llamaWeights)), 0))
+	eg := gembedded.New(m, max(versionBeside(filepath.Join(dir, llamaWeights)), 0))
 	be := server.Backend{
 		Gen:         gen.NewBatcher(ctx, eg, 64, 2*time.Millisecond),
 		Loader:      &hfReloader{g: eg},
@@ -139,9 +139,9 @@ func ToolParserFor(template, family string) string {
 		return "llama3_json"
 	}
 	switch family {
-	case llama.FamilyQwen2, llama.FamilyQwen3:
+	case model.FamilyQwen2, model.FamilyQwen3:
 		return "hermes"
-	case llama.FamilyLlama:
+	case model.FamilyLlama:
 		return "llama3_json"
 	}
 	return ""
@@ -202,7 +202,7 @@ const llamaWeights = "model.safetensors"
 
 type hfReloader struct {
 	mu sync.Mutex
-	g  *gembedded.HFGenerator
+	g  *gembedded.Generator
 }
 
 // Reload loads an HF directory; its version is the one recorded beside the
@@ -213,7 +213,7 @@ func (r *hfReloader) Reload(_ context.Context, path string) (int64, error) {
 	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
 		path = filepath.Dir(path)
 	}
-	m, err := llama.LoadDir(path)
+	m, err := model.LoadDir(path)
 	if err != nil {
 		return 0, err
 	}

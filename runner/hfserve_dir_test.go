@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/server"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
 )
@@ -52,7 +52,7 @@ func TestHFServeToolParserOverride(t *testing.T) {
 		parser string
 		calls  int
 	}{{"", 0}, {"llama3_json", 1}} {
-		txt, err := HFText(dir, llama.FamilyQwen3, tc.parser)
+		txt, err := HFText(dir, model.FamilyQwen3, tc.parser)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestHFServeToolParserOverride(t *testing.T) {
 			t.Fatalf("hermes: the reply should stay content: %+v", c)
 		}
 	}
-	if _, err := HFText(dir, llama.FamilyQwen3, "no_such_parser"); err == nil {
+	if _, err := HFText(dir, model.FamilyQwen3, "no_such_parser"); err == nil {
 		t.Fatal("an unknown tool parser was accepted")
 	}
 }

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/server"
 )
 
-// TestHFServeTokenIDs serves an HF directory written by llama.Init over
+// TestHFServeTokenIDs serves an HF directory written by model.Init over
 // HTTP on loopback: token-id completions return the model's tokens with
 // logprobs equal to the model's own; text, chat, stop strings and ids
 // outside the vocabulary are 400s naming the field.
@@ -22,7 +22,7 @@ func TestHFServeTokenIDs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := t.TempDir()
-	m, err := llama.Init(llama.InitOptions{Family: llama.FamilyQwen3, Layers: 2, Hidden: 32, Heads: 4, KVHeads: 2, Vocab: 700, MaxPos: 64, Seed: 2}, dir)
+	m, err := model.Init(model.InitOptions{Family: model.FamilyQwen3, Layers: 2, Hidden: 32, Heads: 4, KVHeads: 2, Vocab: 700, MaxPos: 64, Seed: 2}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/server"
 	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
@@ -97,7 +97,7 @@ func TestHFServeText(t *testing.T) {
 	tokDir := realTokenizer(t, "qwen3")
 	ctx := t.Context()
 	dir := t.TempDir()
-	m, err := llama.Init(llama.InitOptions{Family: llama.FamilyQwen3, Layers: 1, Hidden: 32, Heads: 4, KVHeads: 2, MaxPos: 256, Seed: 3, TokenizerDir: tokDir}, dir)
+	m, err := model.Init(model.InitOptions{Family: model.FamilyQwen3, Layers: 1, Hidden: 32, Heads: 4, KVHeads: 2, MaxPos: 256, Seed: 3, TokenizerDir: tokDir}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func cachedText(t *testing.T, name string) server.Text {
 		var err error
 		// The family tiny models of these tokenizers are made with
 		// (DeepSeek-V3's is served as a Llama).
-		family := map[string]string{"qwen3": llama.FamilyQwen3, "llama3_1": llama.FamilyLlama, "deepseek_v3": llama.FamilyLlama}[name]
+		family := map[string]string{"qwen3": model.FamilyQwen3, "llama3_1": model.FamilyLlama, "deepseek_v3": model.FamilyLlama}[name]
 		if txt, err = HFText(dir, family, ""); err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -84,15 +83,13 @@ func loadLimited(ctx context.Context, path string, max int64) (*model.Model, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var cfg *model.Config
-	if b, err := readLimited(model.ConfigPath(path), 1<<20); err == nil {
-		var c model.Config
-		if err := json.Unmarshal(b, &c); err != nil {
-			return nil, fmt.Errorf("model: load %s: %w", model.ConfigPath(path), err)
-		}
-		cfg = &c
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+	b, err := readLimited(model.ConfigPath(path), 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("model: load %s: %w", model.ConfigPath(path), err)
+	}
+	var cfg model.Config
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("model: load %s: %w", model.ConfigPath(path), err)
 	}
 	m, err := model.DecodeSafetensors(data, cfg)
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/longhaul-rl/longhaul/metrics/promtrain"
 	"github.com/longhaul-rl/longhaul/metrics/tb"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
@@ -277,12 +277,15 @@ func Dataset(cfg *config.Config, reg *env.Registry) (data.Dataset, error) {
 	return nil, fmt.Errorf("runner: data.source %q", cfg.Data.Source)
 }
 
-// ModelConfig is the embedded model architecture the config names.
+// ModelConfig is the built-in model architecture the config names: a
+// Llama configuration (tied embeddings, one kv head per head) over the
+// byte tokenizer.
 func ModelConfig(cfg *config.Config) model.Config {
 	mc := model.DefaultConfig()
-	mc.Vocab = tokenizer.VocabSize
-	mc.Layers, mc.Dim, mc.Heads, mc.Hidden, mc.Context = cfg.Model.Layers, cfg.Model.Dim, cfg.Model.Heads, cfg.Model.Hidden, cfg.Model.Context
-	mc.Positions = cfg.Model.Positions
+	mc.Vocab = rollout.DefaultChat.Tokenizer().VocabSize()
+	m := cfg.Model
+	mc.Layers, mc.Dim, mc.Heads, mc.KVHeads, mc.Hidden, mc.MaxPos = m.Layers, m.Dim, m.Heads, m.Heads, m.Hidden, m.Context
+	mc.HeadDim = m.Dim / max(m.Heads, 1)
 	return mc
 }
 
@@ -304,7 +307,7 @@ func InitModel(cfg *config.Config) (*model.Model, error) {
 	if seed == 0 {
 		seed = rng.Derive(cfg.Run.Seed, "init")
 	}
-	m, err := model.New(ModelConfig(cfg), seed)
+	m, err := model.NewBuiltin(ModelConfig(cfg), seed)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
@@ -339,7 +342,7 @@ func WarmStartProgress(ctx context.Context, cfg *config.Config, reg *env.Registr
 	})
 }
 
-// stepper is a trainer the warm start drives (model's or model/llama's).
+// stepper is a trainer the warm start drives (the engine's, model.Trainer).
 type stepper interface {
 	Step(ctx context.Context, seqs []model.Sequence, lc model.LossConfig) (model.Stats, error)
 }

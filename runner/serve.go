@@ -99,7 +99,7 @@ func EmbeddedBackendLimited(ctx context.Context, cfg *config.Config, weights str
 		Scorer:      eg,
 		Model:       "longhaul",
 		Version:     func() int64 { _, v := eg.Model(); return v },
-		MaxModelLen: m.Config().Context,
+		MaxModelLen: m.Context(),
 	}, nil
 }
 

@@ -11,8 +11,6 @@ import (
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/llama"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
@@ -21,12 +19,12 @@ import (
 // The warm start of an HF model (model.path): the same oracle episodes as
 // the byte model's, rendered through the directory's chat template, with
 // the oracle's answers encoded by its tokenizer, trained with the SFT loss
-// by model/llama's trainer. The oracles read conversations, so the prompt
+// by the model's trainer. The oracles read conversations, so the prompt
 // is decoded back into turns; that is done for ChatML (Qwen2/Qwen3
 // templates: "<|im_start|>role\n...<|im_end|>").
 
 // warmStartHF trains m on the demonstrations (warmstart.*) before RL.
-func warmStartHF(ctx context.Context, cfg *config.Config, reg *env.Registry, m *llama.Model, log *slog.Logger, progress func(done, total int)) error {
+func warmStartHF(ctx context.Context, cfg *config.Config, reg *env.Registry, m *model.Model, log *slog.Logger, progress func(done, total int)) error {
 	c, parser, err := BuildChat(cfg)
 	if err != nil {
 		return err
@@ -35,7 +33,7 @@ func warmStartHF(ctx context.Context, cfg *config.Config, reg *env.Registry, m *
 		return fmt.Errorf("warmstart: model.path %s has no chat template", cfg.Model.Path)
 	}
 	return warmStart(ctx, cfg, reg, &demoChat{chat: c, parser: parser}, log, progress,
-		func(oc model.OptimConfig) (stepper, error) { return llama.NewTrainer(m, oc) })
+		func(oc model.OptimConfig) (stepper, error) { return model.NewTrainer(m, oc) })
 }
 
 // chatOracle is a text oracle as a generator of tok's ids: it reads the
@@ -82,13 +80,13 @@ func (o *chatOracle) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Re
 // chatMLMessages splits a ChatML render into its turns. An assistant
 // turn's think block ("<think>...</think>") is dropped, as the rollout's
 // parser drops it from the action; an open last turn (the generation
-// prompt) is an empty assistant message, as tokenizer.Parse gives it.
-func chatMLMessages(text string) ([]tokenizer.Message, error) {
+// prompt) is an empty assistant message, as bytetok.Parse gives it.
+func chatMLMessages(text string) ([]lhtok.Message, error) {
 	const open, end = "<|im_start|>", "<|im_end|>"
 	if !strings.HasPrefix(text, open) {
 		return nil, fmt.Errorf("warmstart: the prompt is not ChatML (warm start with model.path supports Qwen2/Qwen3 templates): %.40q", text)
 	}
-	var out []tokenizer.Message
+	var out []lhtok.Message
 	for _, turn := range strings.Split(text, open)[1:] {
 		role, body, ok := strings.Cut(turn, "\n")
 		if !ok {
@@ -100,7 +98,7 @@ func chatMLMessages(text string) ([]tokenizer.Message, error) {
 				body = after
 			}
 		}
-		out = append(out, tokenizer.Message{Role: tokenizer.Role(role), Content: strings.TrimSpace(body)})
+		out = append(out, lhtok.Message{Role: role, Content: strings.TrimSpace(body)})
 	}
 	return out, nil
 }

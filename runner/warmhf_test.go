@@ -4,8 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/env"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 )
 
 // TestChatMLMessages reads a Qwen3 render back into the turns the oracles
@@ -18,13 +19,13 @@ func TestChatMLMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []tokenizer.Message{{Role: "user", Content: "guess 0-7"}, {Role: "assistant", Content: "3"},
+	want := []lhtok.Message{{Role: "user", Content: "guess 0-7"}, {Role: "assistant", Content: "3"},
 		{Role: "user", Content: "higher"}, {Role: "assistant", Content: ""}}
 	if len(msgs) != len(want) {
 		t.Fatalf("got %+v", msgs)
 	}
 	for i := range want {
-		if msgs[i] != want[i] {
+		if msgs[i].Role != want[i].Role || msgs[i].Content != want[i].Content {
 			t.Fatalf("message %d: %+v, want %+v", i, msgs[i], want[i])
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -26,14 +25,14 @@ import (
 // compaction policy asks for summaries, is given).
 var oracles = map[string]func(summaryRequest string) textOracle{
 	"ledger": func(s string) textOracle {
-		return func(msgs []tokenizer.Message) (string, error) { return env.LedgerOracle(msgs, s) }
+		return func(msgs []lhtok.Message) (string, error) { return env.LedgerOracle(msgs, s) }
 	},
 	"guess": func(string) textOracle { return env.GuessOracle },
 }
 
 // textOracle answers a conversation with the text of the next assistant
 // turn.
-type textOracle func(msgs []tokenizer.Message) (string, error)
+type textOracle func(msgs []lhtok.Message) (string, error)
 
 // demoChat is the chat a warm start's rollouts render through: nil for the
 // byte template, else the run's Chat (tokenizer.*), so the demonstrations
@@ -46,9 +45,21 @@ type demoChat struct {
 // oracleGen is oracle as a generator speaking ch's tokens.
 func oracleGen(ch *demoChat, oracle textOracle) gen.Generator {
 	if ch == nil {
-		return &scripted.Func{Reply: func(req gen.Request) (string, error) { return oracle(tokenizer.Parse(req.Prompt)) }}
+		return &scripted.Func{Reply: func(req gen.Request) (string, error) { return oracle(scripted.Messages(req.Prompt)) }}
 	}
 	return &chatOracle{tok: ch.chat.Tokenizer(), reply: oracle}
+}
+
+// segConfig is the warm start's segment config (DemoSegmentConfig) with ch's tokenizer (nil ch: the
+// default chat's) for its break diagnostics.
+func (ch *demoChat) segConfig(cfg *config.Config) segment.Config {
+	sc := cfg.DemoSegmentConfig()
+	if ch != nil {
+		sc.Tokenizer = ch.chat.Tokenizer()
+	} else {
+		sc.Tokenizer = rollout.DefaultChat.Tokenizer()
+	}
+	return sc
 }
 
 // spec is the warm start's rollout spec: the run's, through ch's chat.
@@ -119,7 +130,7 @@ func demos(ctx context.Context, cfg *config.Config, reg *env.Registry, n int, ch
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}
 		calls, bounds := rollout.Trace(rec.Events(), id)
-		segs, _, err := segment.Build(calls, bounds, cfg.DemoSegmentConfig())
+		segs, _, err := segment.Build(calls, bounds, ch.segConfig(cfg))
 		if err != nil {
 			return nil, fmt.Errorf("warmstart: demonstration %d: %w", i, err)
 		}

@@ -10,13 +10,13 @@ import (
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
-	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/model"
 	tembedded "github.com/longhaul-rl/longhaul/train/embedded"
 )
 
 // LoadHF loads model.path and fits it to model.context.
-func LoadHF(cfg *config.Config) (*llama.Model, error) {
-	m, err := llama.LoadDir(cfg.Model.Path)
+func LoadHF(cfg *config.Config) (*model.Model, error) {
+	m, err := model.LoadDir(cfg.Model.Path)
 	if err != nil {
 		return nil, fmt.Errorf("model.path: %w", err)
 	}
@@ -27,8 +27,8 @@ func LoadHF(cfg *config.Config) (*llama.Model, error) {
 }
 
 // wireHF is wire for model.path with in-process generation: the
-// Llama/Qwen family of model/llama, trained in process (HFTrainer) and
-// sampled in process (HFGenerator, a copy of the weights per version). The
+// checkpoint's model, trained in process (train/embedded) and sampled in
+// process (gen/embedded, a copy of the weights per version). The
 // warm start renders its demonstrations through the directory's chat
 // template (warmhf.go).
 func wireHF(ctx context.Context, cfg *config.Config, reg *env.Registry, log *slog.Logger, opts Options, p *parts) (*parts, error) {
@@ -38,8 +38,8 @@ func wireHF(ctx context.Context, cfg *config.Config, reg *env.Registry, log *slo
 	if err := wireHFTrainer(ctx, cfg, reg, log, opts, p); err != nil {
 		return nil, err
 	}
-	tr := p.tr.(*tembedded.HFTrainer)
-	eg := gembedded.NewHF(tr.Model().Clone(), 0)
+	tr := p.tr.(*tembedded.Trainer)
+	eg := gembedded.New(tr.Model().Clone(), 0)
 	bctx, stop := context.WithCancel(ctx)
 	var inner gen.Generator = eg
 	if opts.Observe != nil {
@@ -63,7 +63,7 @@ func wireHFTrainer(_ context.Context, cfg *config.Config, reg *env.Registry, log
 	if err != nil {
 		return err
 	}
-	tr, err := tembedded.NewHF(m, OptimConfig(cfg), LossConfig(cfg))
+	tr, err := tembedded.New(m, OptimConfig(cfg), LossConfig(cfg))
 	if err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}

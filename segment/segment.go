@@ -17,7 +17,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/train"
 )
@@ -36,6 +37,9 @@ type Config struct {
 	// DiffWindow is how many tokens each side of the first difference an
 	// undeclared-break error shows; default 8.
 	DiffWindow int `json:"diff_window"`
+	// Tokenizer renders those tokens as text in the error (the run's
+	// tokenizer); nil shows their ids.
+	Tokenizer lhtok.Tokenizer `json:"-"`
 	// MaskSummaries takes the tokens of summary calls (the calls whose
 	// reply a summarizing compaction folded into the context) out of the
 	// loss: mask 0, not trainable. The policy still writes the summaries
@@ -291,7 +295,7 @@ func MakePlan(calls []runlog.CallFinished, boundaries []runlog.Compaction, cfg C
 				st.Declared++
 				pl.open(c, StartDeclared, p, false)
 			case mode == OnBreakError:
-				return pl, pl.breakError(c, cfg.DiffWindow, d)
+				return pl, pl.breakError(c, cfg.DiffWindow, d, cfg.Tokenizer)
 			default:
 				st.Undeclared++
 				pl.open(c, StartUndeclared, p, mode == OnBreakMask)
@@ -451,7 +455,11 @@ func (pl *Plan) Materialize() []Segment {
 	return out
 }
 
-func (pl *Plan) breakError(c *runlog.CallFinished, w, d int) error {
+func (pl *Plan) breakError(c *runlog.CallFinished, w, d int, tok lhtok.Tokenizer) error {
+	decode := func(ids []int32) string { return fmt.Sprint(ids) }
+	if tok != nil {
+		decode = tok.Decode
+	}
 	if w <= 0 {
 		w = 8
 	}
@@ -462,8 +470,8 @@ func (pl *Plan) breakError(c *runlog.CallFinished, w, d int) error {
 	prompt := append(slices.Clone(cur[:p]), c.PromptSuffix...)
 	return &BreakError{
 		Rollout: c.Rollout, Call: c.Call, Pos: d, ContextLen: len(cur), PromptLen: plen, From: from,
-		Context: ellipsis(from > 0, tokenizer.Decode(cur[from:min(len(cur), d+w)]), d+w < len(cur)),
-		Prompt:  ellipsis(from > 0, tokenizer.Decode(prompt[from:min(plen, d+w)]), d+w < plen),
+		Context: ellipsis(from > 0, decode(cur[from:min(len(cur), d+w)]), d+w < len(cur)),
+		Prompt:  ellipsis(from > 0, decode(prompt[from:min(plen, d+w)]), d+w < plen),
 	}
 }
 

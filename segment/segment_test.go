@@ -3,13 +3,15 @@ package segment_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/segment"
 )
@@ -34,15 +36,15 @@ func toks(s string) []int32 {
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
 		case '^':
-			out = append(out, tokenizer.BOS)
+			out = append(out, bytetok.BOS)
 		case 'U':
-			out = append(out, tokenizer.User)
+			out = append(out, bytetok.User)
 		case 'A':
-			out = append(out, tokenizer.Assistant)
+			out = append(out, bytetok.Assistant)
 		case 'S':
-			out = append(out, tokenizer.Summary)
+			out = append(out, bytetok.Summary)
 		case '.':
-			out = append(out, tokenizer.End)
+			out = append(out, bytetok.End)
 		default:
 			out = append(out, int32(s[i]))
 		}
@@ -93,7 +95,7 @@ func summarize(segs []segment.Segment) []golden {
 		for _, b := range s.Mask {
 			m.WriteByte('0' + b)
 		}
-		out = append(out, golden{Start: s.Start, Tokens: tokenizer.Decode(s.Tokens), Mask: m.String(), Logprobs: s.Logprobs, Spans: s.Spans})
+		out = append(out, golden{Start: s.Start, Tokens: bytetok.Decode(s.Tokens), Mask: m.String(), Logprobs: s.Logprobs, Spans: s.Spans})
 	}
 	return out
 }
@@ -157,13 +159,13 @@ func TestCompaction(t *testing.T) {
 	}
 	// Segments do not overlap in memory: appending to one leaves the next.
 	_ = append(segs[0].Tokens, 999)
-	if segs[1].Tokens[0] != tokenizer.BOS {
+	if segs[1].Tokens[0] != bytetok.BOS {
 		t.Fatal("segments share writable memory")
 	}
 }
 
 func TestUndeclaredBreak(t *testing.T) {
-	_, _, err := segment.Build(compacted(), nil, segment.Config{DiffWindow: 4})
+	_, _, err := segment.Build(compacted(), nil, segment.Config{DiffWindow: 4, Tokenizer: bytetok.Tok{}})
 	var be *segment.BreakError
 	if !errors.As(err, &be) || !errors.Is(err, segment.ErrUndeclaredBreak) {
 		t.Fatalf("err %v", err)
@@ -176,6 +178,40 @@ func TestUndeclaredBreak(t *testing.T) {
 	}
 	if be.Pos != 5 || be.Call != 2 {
 		t.Fatalf("%+v", be)
+	}
+}
+
+// TestUndeclaredBreakWithoutTokenizer: with no tokenizer in the config the
+// error shows the token ids, the same tokens the run's tokenizer renders.
+func TestUndeclaredBreakWithoutTokenizer(t *testing.T) {
+	_, _, err := segment.Build(compacted(), nil, segment.Config{DiffWindow: 4})
+	var be *segment.BreakError
+	if !errors.As(err, &be) {
+		t.Fatalf("err %v", err)
+	}
+	_, _, err = segment.Build(compacted(), nil, segment.Config{DiffWindow: 4, Tokenizer: bytetok.Tok{}})
+	var text *segment.BreakError
+	if !errors.As(err, &text) {
+		t.Fatalf("err %v", err)
+	}
+	for _, c := range []struct{ ids, text string }{{be.Context, text.Context}, {be.Prompt, text.Prompt}} {
+		inner, pre := strings.CutPrefix(c.ids, "…[")
+		inner, post := strings.CutSuffix(inner, "]…")
+		if !pre || !post {
+			t.Fatalf("ids %q: want …[id id …]…", c.ids)
+		}
+		var ids []int32
+		for _, f := range strings.Fields(inner) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("ids %q: %v", c.ids, err)
+			}
+			ids = append(ids, int32(n))
+		}
+		var tok bytetok.Tok
+		if got := "…" + tok.Decode(ids) + "…"; got != c.text {
+			t.Fatalf("ids %q decode to %q, the tokenizer's rendering is %q", c.ids, got, c.text)
+		}
 	}
 }
 
@@ -298,10 +334,10 @@ func TestTrainableTokensProperty(t *testing.T) {
 // samples leave the context alone, and a compaction rewrites the context
 // to a proper prefix plus fresh tokens that differ right after it.
 func randomRollout(t *rapid.T) ([]runlog.CallFinished, []runlog.Compaction) {
-	tok := rapid.Int32Range(0, tokenizer.VocabSize-1)
+	tok := rapid.Int32Range(0, bytetok.VocabSize-1)
 	seq := func(label string, lo, hi int) []int32 { return rapid.SliceOfN(tok, lo, hi).Draw(t, label) }
 	n := rapid.IntRange(1, 30).Draw(t, "calls")
-	ctx := append([]int32{tokenizer.BOS}, seq("task", 0, 20)...)
+	ctx := append([]int32{bytetok.BOS}, seq("task", 0, 20)...)
 	var prev []int32
 	var calls []runlog.CallFinished
 	var bounds []runlog.Compaction
@@ -309,7 +345,7 @@ func randomRollout(t *rapid.T) ([]runlog.CallFinished, []runlog.Compaction) {
 	for i := range n {
 		if i > 0 && calls[i-1].Selected && rapid.IntRange(0, 4).Draw(t, "compact") == 0 {
 			keep := rapid.IntRange(0, len(ctx)-1).Draw(t, "keep")
-			diff := (ctx[keep] + 1 + rapid.Int32Range(0, tokenizer.VocabSize-2).Draw(t, "diff")) % tokenizer.VocabSize
+			diff := (ctx[keep] + 1 + rapid.Int32Range(0, bytetok.VocabSize-2).Draw(t, "diff")) % bytetok.VocabSize
 			ctx = append(append(slices.Clone(ctx[:keep]), diff), seq("fresh", 0, 10)...)
 			bounds = append(bounds, runlog.Compaction{Rollout: rid, Boundary: uint32(len(bounds)), AfterCall: calls[len(calls)-1].Call})
 			rewrite = true

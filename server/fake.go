@@ -9,9 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 )
 
 // Fake is a deterministic generator and weight loader for tests, benchmarks
@@ -113,13 +114,13 @@ func (f *Fake) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, 
 			return nil, errors.New("fake generate: empty prompt")
 		}
 		s := rng.Stream(r.Seed, "fake", uint64(v))
-		endable := slices.Contains(r.Stop, tokenizer.End)
+		endable := slices.Contains(r.Stop, bytetok.End)
 		res := gen.Result{Finish: "length", Version: v}
 		for step := range r.MaxTokens {
 			busy(f.PerToken)
 			t := int32('a' + s.IntN(26))
 			if endable && s.IntN(8) == 0 {
-				t = tokenizer.End
+				t = bytetok.End
 			}
 			res.Tokens = append(res.Tokens, t)
 			res.Logprobs = append(res.Logprobs, FakeLogprob(t, step))
@@ -135,7 +136,7 @@ func (f *Fake) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, 
 
 // FakeLogprob is the logprob Fake gives token t at step i.
 func FakeLogprob(t int32, i int) float32 {
-	if t == tokenizer.End {
+	if t == bytetok.End {
 		return -0.5 - float32(i)/1024
 	}
 	return -(1+float32(t-'a'))/32 - float32(i)/1024

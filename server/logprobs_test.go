@@ -10,7 +10,7 @@ import (
 
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // newModelServer serves a small random embedded model (the real sampler
@@ -18,14 +18,14 @@ import (
 func newModelServer(t *testing.T) (*httptest.Server, *model.Model) {
 	t.Helper()
 	cfg := model.DefaultConfig()
-	cfg.Dim, cfg.Hidden, cfg.Layers, cfg.Context = 32, 96, 1, 64
-	m, err := model.New(cfg, 7)
+	cfg.Dim, cfg.HeadDim, cfg.Hidden, cfg.Layers, cfg.MaxPos = 32, 8, 96, 1, 64
+	m, err := model.NewBuiltin(cfg, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eg := gembedded.New(m, 2)
 	txt := ByteText()
-	s, err := New(Backend{Gen: eg, Scorer: eg, Model: testModel, Version: func() int64 { return 2 }, MaxModelLen: cfg.Context, Text: &txt}, Options{})
+	s, err := New(Backend{Gen: eg, Scorer: eg, Model: testModel, Version: func() int64 { return 2 }, MaxModelLen: m.Context(), Text: &txt}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ const lpTol = 1e-4
 
 func TestTopLogprobsFromModel(t *testing.T) {
 	ts, m := newModelServer(t)
-	prompt := append([]int32{tokenizer.BOS}, tokenizer.Encode("the cat")...)
+	prompt := append([]int32{bytetok.BOS}, bytetok.Encode("the cat")...)
 	r := do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 6, "seed": 3,
 		"logprobs": 3, "return_token_ids": true, "ignore_eos": true})
 	if r.status != 200 {

@@ -15,12 +15,14 @@ import (
 	"testing"
 	"time"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 )
 
 const testModel = "tinylm"
@@ -144,10 +146,10 @@ type completion struct {
 
 func TestCompletionByTokenIDs(t *testing.T) {
 	ts, f, _ := newTest(t, Options{})
-	prompt := []int32{tokenizer.BOS, 'h', 'i', tokenizer.Assistant}
+	prompt := []int32{bytetok.BOS, 'h', 'i', bytetok.Assistant}
 	r := do(t, ts, "POST", "/v1/completions", map[string]any{
 		"model": testModel, "prompt": prompt, "max_tokens": 12, "logprobs": 0, "seed": 7,
-		"return_token_ids": true, "stop_token_ids": []int32{tokenizer.End},
+		"return_token_ids": true, "stop_token_ids": []int32{bytetok.End},
 	})
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
@@ -176,11 +178,11 @@ func TestCompletionByTokenIDs(t *testing.T) {
 			t.Fatalf("token string %q, want %q", ch.Logprobs.Tokens[i], want)
 		}
 	}
-	if ch.Text != tokenizer.DecodeText(ch.TokenIDs) {
+	if ch.Text != bytetok.DecodeText(ch.TokenIDs) {
 		t.Fatalf("text %q vs tokens %v", ch.Text, ch.TokenIDs)
 	}
 	last := ch.TokenIDs[len(ch.TokenIDs)-1]
-	if (last == tokenizer.End) != (ch.FinishReason == "stop") {
+	if (last == bytetok.End) != (ch.FinishReason == "stop") {
 		t.Fatalf("finish %q with last token %d", ch.FinishReason, last)
 	}
 	if c.Usage.PromptTokens != 4 || c.Usage.CompletionTokens != len(ch.TokenIDs) || c.Usage.TotalTokens != 4+len(ch.TokenIDs) {
@@ -195,12 +197,12 @@ func TestCompletionByText(t *testing.T) {
 	ts, _, _ := newTest(t, Options{})
 	r := do(t, ts, "POST", "/v1/completions", map[string]any{"prompt": "Once", "max_tokens": 5, "seed": 1, "return_token_ids": true})
 	c := decodeAs[completion](t, r)
-	want := append([]int32{tokenizer.BOS}, tokenizer.Encode("Once")...)
+	want := append([]int32{bytetok.BOS}, bytetok.Encode("Once")...)
 	if r.status != 200 || !slices.Equal(c.PromptTokenIDs, want) {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
 	ch := c.Choices[0]
-	if len(ch.TokenIDs) != 5 || ch.FinishReason != "length" || ch.Logprobs != nil || ch.Text != tokenizer.DecodeText(ch.TokenIDs) {
+	if len(ch.TokenIDs) != 5 || ch.FinishReason != "length" || ch.Logprobs != nil || ch.Text != bytetok.DecodeText(ch.TokenIDs) {
 		t.Fatalf("choice %+v", ch)
 	}
 	// Without return_token_ids the ids stay out of the body.
@@ -305,7 +307,7 @@ func TestChat(t *testing.T) {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
 	c := decodeAs[chatCompletion](t, r)
-	want, _ := tokenizer.Render([]tokenizer.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}, true)
+	want, _ := bytetok.Render([]lhtok.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}, true)
 	if c.Object != "chat.completion" || !slices.Equal(c.PromptTokenIDs, want) || len(c.Choices) != 4 || c.WeightVersion != 3 {
 		t.Fatalf("envelope: %s", r.body)
 	}
@@ -314,7 +316,7 @@ func TestChat(t *testing.T) {
 	}
 	stopped := 0
 	for _, ch := range c.Choices {
-		if ch.Message.Role != "assistant" || ch.Message.Content != tokenizer.DecodeText(ch.TokenIDs) {
+		if ch.Message.Role != "assistant" || ch.Message.Content != bytetok.DecodeText(ch.TokenIDs) {
 			t.Fatalf("message %+v", ch.Message)
 		}
 		if len(ch.Logprobs.Content) != len(ch.TokenIDs) {
@@ -325,13 +327,13 @@ func TestChat(t *testing.T) {
 			if e.Logprob != FakeLogprob(tok, i) || e.TopLogprobs == nil || len(e.TopLogprobs) != 0 {
 				t.Fatalf("entry %d: %+v", i, e)
 			}
-			if tok < 256 && (len(e.Bytes) != 1 || e.Bytes[0] != int(tok)) || tok == tokenizer.End && (e.Bytes != nil || e.Token != "<|end|>") {
+			if tok < 256 && (len(e.Bytes) != 1 || e.Bytes[0] != int(tok)) || tok == bytetok.End && (e.Bytes != nil || e.Token != "<|end|>") {
 				t.Fatalf("entry %d: %+v", i, e)
 			}
 		}
 		if ch.FinishReason == "stop" {
 			stopped++
-			if ch.TokenIDs[len(ch.TokenIDs)-1] != tokenizer.End {
+			if ch.TokenIDs[len(ch.TokenIDs)-1] != bytetok.End {
 				t.Fatal("stop without End")
 			}
 		}
@@ -355,7 +357,7 @@ func TestTokenizeDetokenize(t *testing.T) {
 	}
 	text := "héllo, wörld"
 	r := decodeAs[tok](t, do(t, ts, "POST", "/tokenize", map[string]any{"prompt": text, "add_special_tokens": false, "return_token_strs": true}))
-	if !slices.Equal(r.Tokens, tokenizer.Encode(text)) || r.Count != len(text) || len(r.TokenStrs) != len(text) || r.MaxModelLen != 4096 {
+	if !slices.Equal(r.Tokens, bytetok.Encode(text)) || r.Count != len(text) || len(r.TokenStrs) != len(text) || r.MaxModelLen != 4096 {
 		t.Fatalf("tokenize: %+v", r)
 	}
 	d := decodeAs[map[string]string](t, do(t, ts, "POST", "/detokenize", map[string]any{"tokens": r.Tokens}))
@@ -363,7 +365,7 @@ func TestTokenizeDetokenize(t *testing.T) {
 		t.Fatalf("round trip %q", d["prompt"])
 	}
 	r = decodeAs[tok](t, do(t, ts, "POST", "/tokenize", map[string]any{"messages": []map[string]string{{"role": "user", "content": "x"}}}))
-	if !slices.Equal(r.Tokens, []int32{tokenizer.BOS, tokenizer.User, 'x', tokenizer.End, tokenizer.Assistant}) {
+	if !slices.Equal(r.Tokens, []int32{bytetok.BOS, bytetok.User, 'x', bytetok.End, bytetok.Assistant}) {
 		t.Fatalf("chat tokenize %v", r.Tokens)
 	}
 	wantError(t, do(t, ts, "POST", "/detokenize", map[string]any{"tokens": []int{999}}), 400, "invalid_request_error", "invalid_value")

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // sseEvents splits an SSE body into its data payloads, checking the
@@ -248,7 +248,7 @@ func TestStopReason(t *testing.T) {
 	for _, ch := range chat.Choices {
 		if ch.FinishReason == "stop" {
 			ended++
-			if ch.TokenIDs[len(ch.TokenIDs)-1] != tokenizer.End || string(ch.StopReason) != "null" {
+			if ch.TokenIDs[len(ch.TokenIDs)-1] != bytetok.End || string(ch.StopReason) != "null" {
 				t.Fatalf("end of turn: %+v", ch)
 			}
 		}

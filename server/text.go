@@ -6,7 +6,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	bt "github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 	"github.com/longhaul-rl/longhaul/tokenizer/toolcall"
@@ -45,9 +44,9 @@ type Text struct {
 }
 
 // ByteText is the byte model's Text: longhaul's byte tokenizer and
-// template (model/tokenizer), no tools.
+// template (tokenizer/bytetok), no tools.
 func ByteText() Text {
-	return Text{Tok: bytetok.Tok{}, Chat: byteChat{}, Prefix: []int32{bt.BOS}, EOS: []int32{bt.EOS}, TurnEnd: []int32{bt.End}}
+	return Text{Tok: bytetok.Tok{}, Chat: byteChat{}, Prefix: []int32{bytetok.BOS}, EOS: []int32{bytetok.EOS}, TurnEnd: []int32{bytetok.End}}
 }
 
 // byteChat is bytetok.Chat with the checks a server needs: a role the
@@ -61,9 +60,9 @@ func (byteChat) RenderTokens(ctx context.Context, msgs []tokenizer.Message, opt 
 	ms := make([]tokenizer.Message, len(msgs))
 	for i, m := range msgs {
 		if m.Role == "developer" {
-			m.Role = string(bt.RoleSystem)
+			m.Role = tokenizer.RoleSystem
 		}
-		if _, err := bt.RoleToken(bt.Role(m.Role)); err != nil {
+		if _, err := bytetok.RoleToken(m.Role); err != nil {
 			return nil, badParam(fmt.Sprintf("messages[%d].role", i), "unknown role %q: this template has system, user, assistant, tool and summary.", m.Role)
 		}
 		ms[i] = m

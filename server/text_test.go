@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // The byte model's Text through the chat and tokenize routes: what its
@@ -65,7 +65,7 @@ func TestStopTokenTextAndSpecials(t *testing.T) {
 		"ignore_eos": true, "return_token_ids": true, "stop_token_ids": []int32{tok}}))
 	c := cut.Choices[0]
 	k := len(c.TokenIDs)
-	if c.FinishReason != "stop" || c.TokenIDs[k-1] != tok || c.Text != tokenizer.DecodeText(c.TokenIDs[:k-1]) {
+	if c.FinishReason != "stop" || c.TokenIDs[k-1] != tok || c.Text != bytetok.DecodeText(c.TokenIDs[:k-1]) {
 		t.Fatalf("stopped at %q: text %q, tokens %v", rune(tok), c.Text, c.TokenIDs)
 	}
 	chat := func(skip bool) chatCompletion {
@@ -78,8 +78,8 @@ func TestStopTokenTextAndSpecials(t *testing.T) {
 		if ch.FinishReason == "stop" {
 			ids = ids[:len(ids)-1] // the End that stopped it
 		}
-		if ch.Message.Content != tokenizer.Decode(ids) {
-			t.Fatalf("choice %d with specials: %q, want %q", i, ch.Message.Content, tokenizer.Decode(ids))
+		if ch.Message.Content != bytetok.Decode(ids) {
+			t.Fatalf("choice %d with specials: %q, want %q", i, ch.Message.Content, bytetok.Decode(ids))
 		}
 	}
 	for i, ch := range chat(true).Choices {

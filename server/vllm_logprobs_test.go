@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // TestVLLMGenerateLogprobs: vLLM's /inference/v1/generate with
@@ -18,7 +18,7 @@ import (
 // 400 naming the field.
 func TestVLLMGenerateLogprobs(t *testing.T) {
 	ts, m := newModelServer(t)
-	prompt := append([]int32{tokenizer.BOS}, tokenizer.Encode("the cat")...)
+	prompt := append([]int32{bytetok.BOS}, bytetok.Encode("the cat")...)
 	r := do(t, ts, "POST", "/inference/v1/generate", map[string]any{"request_id": "r1", "token_ids": prompt,
 		"sampling_params": map[string]any{"max_tokens": 5, "seed": 3, "logprobs": 3, "prompt_logprobs": 2, "ignore_eos": true}})
 	if r.status != 200 {

@@ -43,6 +43,18 @@ type AddedToken struct {
 	Special bool   `json:"special"`
 }
 
+// Roles of the messages longhaul itself writes: the environment's
+// observations (user, tool), the agent's replies (assistant), a system
+// prompt, and a compaction's summary (summary; a template without that
+// role renders it as its closest one).
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+	RoleSummary   = "summary"
+)
+
 // Message is one chat message in the OpenAI/Hugging Face shape templates
 // expect. Content is text; tool calls and reasoning are structured.
 type Message struct {
@@ -200,4 +212,23 @@ type Reuse struct {
 	// SpareSame: Spare.IDs[:SpareSame] equal Prev.IDs[:SpareSame] (and so
 	// do their restart points): those ids are not copied again.
 	SpareSame int
+}
+
+// Appender is a Chat whose render of a conversation is a start, each
+// message rendered on its own, and (for generation) a prompt: a rollout
+// builds such a context by appending and never re-renders it, and a
+// message's tokens do not depend on its neighbours. longhaul's byte
+// template is one (tokenizer/bytetok).
+type Appender interface {
+	Chat
+	// AppendStart appends what opens a conversation.
+	AppendStart(dst []int32) []int32
+	// AppendMessage appends one rendered message.
+	AppendMessage(dst []int32, m Message) ([]int32, error)
+	// AppendGenerationPrompt appends what opens the assistant's turn.
+	AppendGenerationPrompt(dst []int32) []int32
+	// Text is the text content of sampled ids (special tokens dropped).
+	Text(ids []int32) string
+	// Messages parses a rendered conversation back into its messages.
+	Messages(ids []int32) []Message
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14: the Llama/Qwen family against an independent PyTorch
+# The Llama/Qwen family (the engine in model/) against an independent PyTorch
 # implementation (bench/torch_llama.py): logits within 1e-4, one PG + AdamW
 # step with the same loss and updated weights within 1e-5 relative. Needs
 # Debian's python3-torch and python3-numpy; fails (does not skip) without.
@@ -9,7 +9,7 @@ if ! timeout 60 /usr/bin/python3 -c "import torch, numpy"; then
 	echo "14-torch: /usr/bin/python3 cannot import torch and numpy (apt-get install python3-torch python3-numpy libopenblas0-pthread)" >&2
 	exit 1
 fi
-LONGHAUL_REQUIRE_TORCH=1 timeout 300 go test -count=1 -run 'TestTorchCrossCheck' -v ./model/llama
+LONGHAUL_REQUIRE_TORCH=1 timeout 300 go test -count=1 -run 'TestTorchCrossCheck' -v ./model
 # the CLI writes a directory the torch script loads and runs
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -18,7 +18,7 @@ timeout 300 go test -count=1 -run 'TestKernelPathsBitIdentical|TestPathGoldenDig
 # decode attention's 4-head chain kernels, packed decode weights and the
 # level-by-level prefill on the AVX2 path too (the default run covers AVX-512)
 if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
-  LONGHAUL_KERN_PATH=avx2 timeout 120 go test -count=1 -run 'TestAttnDecodeRow|TestGenerate|TestPrefillSpreads' ./model/
+  LONGHAUL_KERN_PATH=avx2 timeout 120 go test -count=1 -run 'TestAttnDecodeRow|TestGenerate|TestPrefillSpreads|TestResident|TestBatch' ./model/
 fi
 # whether a fork-join reaches the second core (kern.Fork's helpers against a
 # fresh goroutine per call; 2x the single rate = both jobs ran at once)

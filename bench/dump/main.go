@@ -48,7 +48,7 @@ func main() {
 
 func run(out string, seed uint64, warm, batch, steps int) error {
 	cfg := model.DefaultConfig()
-	m, err := model.New(cfg, seed)
+	m, err := model.NewBuiltin(cfg, seed)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func run(out string, seed uint64, warm, batch, steps int) error {
 		return err
 	}
 	r := rand.New(rand.NewPCG(seed, 99))
-	T := cfg.Context
+	T := cfg.Context()
 	seqs := make([]model.Sequence, batch)
 	for i := range seqs {
 		toks := make([]int32, T)

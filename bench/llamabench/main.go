@@ -1,4 +1,4 @@
-// Command llamabench times model/llama on an HF directory: generation
+// Command llamabench times the engine (model/) on an HF directory: generation
 // tokens/s at given batch sizes, training tokens/s, or loading (time, the
 // time to read the weight files, and peak RSS). bench/hf_bench.sh runs it
 // beside bench/torch_llama.py on the same directories and thread counts.
@@ -24,7 +24,6 @@ import (
 
 	"github.com/longhaul-rl/longhaul/internal/cputime"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/llama"
 )
 
 func main() {
@@ -73,7 +72,7 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load, h
 		if err != nil {
 			return err
 		}
-		cfg, err := llama.ParseConfig(cb)
+		cfg, err := model.ParseConfig(cb)
 		if err != nil {
 			return err
 		}
@@ -86,7 +85,7 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load, h
 		}
 		c0 = cputime.Process()
 		t0 = time.Now()
-		m, err := llama.LoadDirWith(dir, llama.LoadOptions{HugePages: huge})
+		m, err := model.LoadDirWith(dir, model.LoadOptions{HugePages: huge})
 		if err != nil {
 			return err
 		}
@@ -110,7 +109,7 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load, h
 		out["load_cpu_over_read_plus_fault_cpu"] = loadCPU.Seconds() / (readCPU.Seconds() + faultCPU.Seconds())
 		return emit(out)
 	}
-	m, err := llama.LoadDir(dir)
+	m, err := model.LoadDir(dir)
 	if err != nil {
 		return err
 	}
@@ -142,7 +141,7 @@ func run(dir, batches string, prompt, genTok, trainB, trainT, steps int, load, h
 		out[fmt.Sprintf("gen_b%d_tok_s", B)] = float64(n) / time.Since(t0).Seconds()
 	}
 	if trainB > 0 {
-		tr, err := llama.NewTrainer(m, model.DefaultOptimConfig())
+		tr, err := model.NewTrainer(m, model.DefaultOptimConfig())
 		if err != nil {
 			return err
 		}

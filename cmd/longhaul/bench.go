@@ -14,6 +14,7 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "benchmarks and end-to-end proofs"}
 	cmd.AddCommand(newBenchCrashCmd())
 	cmd.AddCommand(newBenchKernelsCmd())
+	cmd.AddCommand(newBenchModelCmd())
 	cmd.AddCommand(newBenchSummariesCmd())
 	return cmd
 }

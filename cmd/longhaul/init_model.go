@@ -5,11 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/model"
 )
 
 func newInitModelCmd() *cobra.Command {
-	var o llama.InitOptions
+	var o model.InitOptions
 	var out string
 	cmd := &cobra.Command{
 		Use:   "init-model --family qwen3|qwen2|llama --layers L --hidden D --heads H --kv-heads K --tokenizer DIR --out DIR",
@@ -19,7 +19,7 @@ func newInitModelCmd() *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("init-model: --out is required")
 			}
-			m, err := llama.Init(o, out)
+			m, err := model.Init(o, out)
 			if err != nil {
 				return err
 			}

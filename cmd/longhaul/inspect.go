@@ -8,9 +8,10 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/spf13/cobra"
 
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/runview"
 	"github.com/longhaul-rl/longhaul/store/bucket"
@@ -152,9 +153,9 @@ func writeRows(w io.Writer, r *runview.Rows) {
 		fmt.Fprintln(tw, "    POS\tTOKEN\tTEXT\tTRAIN\tLOGPROB\tADVANTAGE")
 		for _, t := range s.PerToken {
 			if t.Trainable {
-				fmt.Fprintf(tw, "    %d\t%d\t%q\tyes\t%.4f\t%.4f\n", t.Pos, t.Token, tokenizer.Decode([]int32{t.Token}), t.Logprob, t.Advantage)
+				fmt.Fprintf(tw, "    %d\t%d\t%q\tyes\t%.4f\t%.4f\n", t.Pos, t.Token, bytetok.Decode([]int32{t.Token}), t.Logprob, t.Advantage)
 			} else {
-				fmt.Fprintf(tw, "    %d\t%d\t%q\t-\t\t\n", t.Pos, t.Token, tokenizer.Decode([]int32{t.Token}))
+				fmt.Fprintf(tw, "    %d\t%d\t%q\t-\t\t\n", t.Pos, t.Token, bytetok.Decode([]int32{t.Token}))
 			}
 		}
 		tw.Flush()

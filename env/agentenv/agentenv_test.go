@@ -13,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/env/agentenv"
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -111,7 +112,7 @@ func TestAgentDivergence(t *testing.T) {
 	}
 	prior := rec.Events()[:3]
 	c := prior[1].(runlog.CallFinished)
-	c.Sampled = append(tokenizer.Encode("x"), c.Sampled...) // the agent will echo another reply
+	c.Sampled = append(bytetok.Encode("x"), c.Sampled...) // the agent will echo another reply
 	c.Logprobs = append([]float32{-1}, c.Logprobs...)
 	prior[1] = c
 	rec2 := &scripted.Recorder{}

@@ -11,12 +11,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/env/agentenv"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/rollout/scripted"
 	"github.com/longhaul-rl/longhaul/runlog"
@@ -97,7 +98,7 @@ func TestPythonToolAgentStreaming(t *testing.T) {
 				t.Fatalf("%+v, %d generator calls", res, calls())
 			}
 			ps := prompts(full)
-			last := tokenizer.DecodeText(ps[len(ps)-1])
+			last := bytetok.DecodeText(ps[len(ps)-1])
 			if !strings.Contains(last, "tools: answer(balance)") || !strings.Contains(last, "noted") {
 				t.Fatalf("the tools or the tool results are not in the prompt: %q", last)
 			}

@@ -1,5 +1,5 @@
-// Package embedded is the in-process Generator over the embedded models:
-// the built-in byte model (model) and the Llama/Qwen family (model/llama).
+// Package embedded is the in-process Generator over the embedded model
+// (model: the built-in configuration or a Llama/Qwen checkpoint).
 package embedded
 
 import (
@@ -9,87 +9,56 @@ import (
 
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/llama"
 )
 
-// Sampler is what a served model does: both embedded networks generate
-// model.SampleRequests.
-type Sampler interface {
-	Generate(ctx context.Context, reqs []model.SampleRequest) ([]model.SampleResult, error)
-	Logits(toks []int32) ([]float32, error)
-}
-
-// laneSampler is a model that can sample on one of several lanes at once
-// (model.Model: one per core).
-type laneSampler interface {
-	Lanes() int
-	GenerateOn(ctx context.Context, lane int, reqs []model.SampleRequest) ([]model.SampleResult, error)
-}
-
-// Served samples from an embedded model. Weights are swapped whole by
-// SetWeights between batches, so no request sees a half-updated model.
-// A Generate call holds every lane: the model parallelises inside a batch,
+// Generator samples from an embedded model. Weights are swapped whole by
+// SetWeights between batches, so no request sees a half-updated model. A
+// Generate call holds every lane: the model parallelises inside a batch,
 // and a gen.Batcher in front gathers concurrent rollouts into one batch.
-// Where the model has lanes (Lanes > 1), GenerateOn calls on different
-// lanes run at once.
-type Served[M Sampler] struct {
+// GenerateOn calls on different lanes (one per core) run at once.
+type Generator struct {
 	lanes   []sync.Mutex // a call holds its lane's, Generate and Logits all of them
 	wmu     sync.RWMutex
-	m       M
+	m       *model.Model
 	version int64
 }
 
-// Generator serves the built-in model; HFGenerator a Llama/Qwen model.
-type (
-	Generator   = Served[*model.Model]
-	HFGenerator = Served[*llama.Model]
-)
-
 // New returns a generator serving m as version.
-func New(m *model.Model, version int64) *Generator { return newServed(m, version) }
-
-// NewHF returns a generator serving m as version.
-func NewHF(m *llama.Model, version int64) *HFGenerator { return newServed(m, version) }
-
-func newServed[M Sampler](m M, version int64) *Served[M] {
-	n := 1
-	if l, ok := any(m).(laneSampler); ok {
-		n = l.Lanes()
-	}
-	return &Served[M]{m: m, version: version, lanes: make([]sync.Mutex, n)}
+func New(m *model.Model, version int64) *Generator {
+	return &Generator{m: m, version: version, lanes: make([]sync.Mutex, m.Lanes())}
 }
 
 // Lanes is how many GenerateOn calls may run at once (1: only whole calls).
-func (g *Served[M]) Lanes() int { return len(g.lanes) }
+func (g *Generator) Lanes() int { return len(g.lanes) }
 
-func (g *Served[M]) lockAll() {
+func (g *Generator) lockAll() {
 	for i := range g.lanes {
 		g.lanes[i].Lock()
 	}
 }
 
-func (g *Served[M]) unlockAll() {
+func (g *Generator) unlockAll() {
 	for i := range g.lanes {
 		g.lanes[i].Unlock()
 	}
 }
 
 // SetWeights makes m (which the caller no longer mutates) the served model.
-func (g *Served[M]) SetWeights(m M, version int64) {
+func (g *Generator) SetWeights(m *model.Model, version int64) {
 	g.wmu.Lock()
 	g.m, g.version = m, version
 	g.wmu.Unlock()
 }
 
 // Model returns the served model and its version.
-func (g *Served[M]) Model() (M, int64) {
+func (g *Generator) Model() (*model.Model, int64) {
 	g.wmu.RLock()
 	defer g.wmu.RUnlock()
 	return g.m, g.version
 }
 
 // Generate implements gen.Generator.
-func (g *Served[M]) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
+func (g *Generator) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, error) {
 	g.lockAll()
 	defer g.unlockAll()
 	m, version := g.Model()
@@ -99,18 +68,14 @@ func (g *Served[M]) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Res
 
 // GenerateOn implements gen.Laned: the call runs on lane alone, beside
 // calls on the other lanes.
-func (g *Served[M]) GenerateOn(ctx context.Context, lane int, reqs []gen.Request) ([]gen.Result, error) {
+func (g *Generator) GenerateOn(ctx context.Context, lane int, reqs []gen.Request) ([]gen.Result, error) {
 	if lane < 0 || lane >= len(g.lanes) {
 		return nil, fmt.Errorf("embedded generator: lane %d outside [0,%d)", lane, len(g.lanes))
 	}
 	g.lanes[lane].Lock()
 	defer g.lanes[lane].Unlock()
 	m, version := g.Model()
-	l, ok := any(m).(laneSampler)
-	if !ok {
-		return nil, fmt.Errorf("embedded generator: %T has no lanes", m)
-	}
-	out, err := l.GenerateOn(ctx, lane, sampleRequests(reqs))
+	out, err := m.GenerateOn(ctx, lane, sampleRequests(reqs))
 	return results(out, version, err)
 }
 
@@ -138,7 +103,7 @@ func results(out []model.SampleResult, version int64, err error) ([]gen.Result, 
 // position of toks, (len(toks), V) row-major, under the weights Generate
 // would use now: the server's top_logprobs and prompt_logprobs come from
 // it. It shares Generate's lock (the two use the same workspaces).
-func (g *Served[M]) Logits(ctx context.Context, toks []int32) ([]float32, error) {
+func (g *Generator) Logits(ctx context.Context, toks []int32) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("embedded generator: logits: %w", err)
 	}

@@ -10,12 +10,13 @@ import (
 	"github.com/longhaul-rl/longhaul/model"
 )
 
-// TestServedLanes: the byte model is served with two lanes; calls on both
+// TestServedLanes: the built-in model is served with two lanes; calls on both
 // at once answer what one whole Generate answers for the same requests,
 // stamped with the served version; a lane out of range is an error.
 func TestServedLanes(t *testing.T) {
-	m, err := model.New(model.Config{Vocab: 264, Dim: 32, Heads: 4, Layers: 2, Hidden: 48, Context: 64,
-		Positions: model.PosRope, RopeTheta: 10000, NormEps: 1e-5}, 3)
+	cfg := model.DefaultConfig()
+	cfg.Dim, cfg.Heads, cfg.KVHeads, cfg.HeadDim, cfg.Hidden, cfg.MaxPos = 32, 4, 4, 8, 48, 64
+	m, err := model.NewBuiltin(cfg, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
+
 	"github.com/longhaul-rl/longhaul/failure"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
 	"github.com/longhaul-rl/longhaul/server"
 )
 
@@ -91,8 +92,8 @@ func newClient(t *testing.T, urls []string, opts Options) *Client {
 }
 
 func req(seed uint64) gen.Request {
-	return gen.Request{Prompt: []int32{tokenizer.BOS, tokenizer.User, 'h', 'i', tokenizer.End, tokenizer.Assistant},
-		MaxTokens: 24, Temperature: 1, Stop: []int32{tokenizer.End}, Seed: seed}
+	return gen.Request{Prompt: []int32{bytetok.BOS, bytetok.User, 'h', 'i', bytetok.End, bytetok.Assistant},
+		MaxTokens: 24, Temperature: 1, Stop: []int32{bytetok.End}, Seed: seed}
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -114,7 +115,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatalf("result %d token %d: logprob %v, want %v (bit-exact)", i, k, r.Logprobs[k], server.FakeLogprob(tok, k))
 			}
 		}
-		if last := r.Tokens[len(r.Tokens)-1]; (last == tokenizer.End) != (r.Finish == "stop") {
+		if last := r.Tokens[len(r.Tokens)-1]; (last == bytetok.End) != (r.Finish == "stop") {
 			t.Fatalf("result %d: finish %q, last %d", i, r.Finish, last)
 		}
 	}

@@ -33,12 +33,12 @@ func TestAsm512MatchesArchsimd(t *testing.T) {
 		m, k, n := s[0], s[1], s[2]
 		a, b, c0 := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
 		for kind := kindNN; kind <= kindTN; kind++ {
-			A, B := operand{a, k, 1}, operand{b, n, 1}
+			A, B := operand{s: a, rs: k, cs: 1}, operand{s: b, rs: n, cs: 1}
 			switch kind {
 			case kindNT:
-				B = operand{b, 1, k}
+				B = operand{s: b, rs: 1, cs: k}
 			case kindTN:
-				A = operand{a, 1, m}
+				A = operand{s: a, rs: 1, cs: m}
 			}
 			for _, acc := range []bool{false, true} {
 				for _, inPlace := range []bool{false, true} {
@@ -71,7 +71,7 @@ func TestAsm512StaysInBounds(t *testing.T) {
 				buf[i] = 12345
 			}
 			c := buf[32 : 32+m*n : 32+m*n]
-			gemm512z(z, c, n, operand{a, k, 1}, operand{b, n, 1}, m, k, n, true, false, new(panel), nil)
+			gemm512z(z, c, n, operand{s: a, rs: k, cs: 1}, operand{s: b, rs: n, cs: 1}, m, k, n, true, false, new(panel), nil)
 			for i := range 32 {
 				if buf[i] != 12345 || buf[32+m*n+i] != 12345 {
 					t.Fatalf("z=%v m=%d k=%d n=%d: wrote outside C", z, m, k, n)

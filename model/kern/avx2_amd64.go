@@ -18,7 +18,7 @@ const asmRows = 6
 // then its plain form) the panels come from pk.
 func gemm256(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, buf *panel, pk *Packed) {
 	j0 := 0
-	if m == 1 && B.cs == 1 && n >= 8 {
+	if m == 1 && B.h == nil && B.cs == 1 && n >= 8 {
 		j0 = gemvRows(c, A, B, k, n, acc)
 	}
 	if j0 == n {
@@ -104,6 +104,18 @@ func packT8(B operand, kb, kc, jb, w, W int, buf *panel) {
 				}
 				continue
 			}
+			if nr >= 8 && nq == 8 && B.h != nil {
+				// bfloat16: widen the 8×8 block, then transpose it
+				var t [64]float32
+				src := B.h[(jb+jj0)*B.cs+kb+p0:]
+				_ = src[7*B.cs+7]
+				for r := range 8 {
+					WidenBF16(t[r*8:r*8+8], src[r*B.cs:])
+				}
+				_ = d[7*W+7]
+				asmT8x8(unsafe.Pointer(&t[0]), 32, unsafe.Pointer(&d[0]), uintptr(W)*4)
+				continue
+			}
 			if nr >= 8 && nq == 8 {
 				src := B.s[(jb+jj0)*B.cs+kb+p0:]
 				_ = src[7*B.cs+7]
@@ -113,7 +125,11 @@ func packT8(B operand, kb, kc, jb, w, W int, buf *panel) {
 			}
 			var t [64]float32
 			for r := 0; r < min(nr, 8); r++ {
-				copy(t[r*8:r*8+nq], B.s[(jb+jj0+r)*B.cs+kb+p0:])
+				if B.h != nil {
+					WidenBF16(t[r*8:r*8+nq], B.h[(jb+jj0+r)*B.cs+kb+p0:])
+				} else {
+					copy(t[r*8:r*8+nq], B.s[(jb+jj0+r)*B.cs+kb+p0:])
+				}
 			}
 			_ = d[7*W+7]
 			asmT8x8(unsafe.Pointer(&t[0]), 32, unsafe.Pointer(&d[0]), uintptr(W)*4)

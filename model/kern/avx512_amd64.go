@@ -26,14 +26,14 @@ const zGEMVRows = 4
 
 // gemm512 is the AVX-512 driver.
 func gemm512(c []float32, ldc int, A, B operand, m, k, n int, acc, inPlace bool, sc *scratch) {
-	if m == 1 && B.cs == 1 && A.cs == 1 && n >= 32 && gemvStrips(k, n) {
+	if m == 1 && B.h == nil && B.cs == 1 && A.cs == 1 && n >= 32 && gemvStrips(k, n) {
 		// Decode GEMV with a cache-sized B in place: 256-column strips
 		// held in zmm registers over all rows; the < 32 columns left by
 		// the archsimd kernels (which also take a DRAM-sized B: they
 		// stream it better).
 		nw := gemvInPlace(c, A.s, B.s, B.rs, k, n, acc)
 		if nw < n {
-			gemm512simd(c[nw:], ldc, A, operand{B.s[nw:], B.rs, 1}, 1, k, n-nw, acc, inPlace, sc)
+			gemm512simd(c[nw:], ldc, A, operand{s: B.s[nw:], rs: B.rs, cs: 1}, 1, k, n-nw, acc, inPlace, sc)
 		}
 		return
 	}

@@ -55,9 +55,9 @@ func TestGEMVMatchesMatMul(t *testing.T) {
 				bitsEqual(t, what+" "+isaName(isa)+": MatMul vs Axpy chain", want, axpy)
 				ref := slices.Clone(c0)
 				if isa == isaAVX2 {
-					gemm256simd(ref, n, operand{a, k, 1}, operand{b, n, 1}, 1, k, n, acc, true, new(panel))
+					gemm256simd(ref, n, operand{s: a, rs: k, cs: 1}, operand{s: b, rs: n, cs: 1}, 1, k, n, acc, true, new(panel))
 				} else {
-					gemm512simd(ref, n, operand{a, k, 1}, operand{b, n, 1}, 1, k, n, acc, true, new(scratch))
+					gemm512simd(ref, n, operand{s: a, rs: k, cs: 1}, operand{s: b, rs: n, cs: 1}, 1, k, n, acc, true, new(scratch))
 				}
 				bitsEqual(t, what+" "+isaName(isa)+": archsimd driver vs Axpy chain", ref, axpy)
 				var pk Packed

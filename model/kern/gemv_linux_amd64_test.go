@@ -98,12 +98,12 @@ func BenchmarkGEMVAlternate(b *testing.B) {
 					form{"inplace-" + isaName(isa), each(func(i, k, n int) { mmISA(isa, kindNN, c, a, ws[i], 1, k, n, false, 0, 1) })})
 			}
 			forms = append(forms, form{"old-rows-avx2", each(func(i, k, n int) {
-				gemvRows(c, operand{a, k, 1}, operand{ws[i], n, 1}, k, n, false)
+				gemvRows(c, operand{s: a, rs: k, cs: 1}, operand{s: ws[i], rs: n, cs: 1}, k, n, false)
 			})})
 			if cpuISA >= isaAVX512 {
 				sc := new(scratch)
 				forms = append(forms, form{"old-archsimd-avx512", each(func(i, k, n int) {
-					gemm512simd(c, n, operand{a, k, 1}, operand{ws[i], n, 1}, 1, k, n, false, true, sc)
+					gemm512simd(c, n, operand{s: a, rs: k, cs: 1}, operand{s: ws[i], rs: n, cs: 1}, 1, k, n, false, true, sc)
 				})})
 			}
 			bytes := float64(4 * total)

@@ -44,3 +44,13 @@ func gemvPacked(c, a []float32, B *Packed, acc bool, shards int) {
 
 // ReadLoop does nothing on the portable path and returns 0 bytes.
 func ReadLoop(buf []float32) int { return 0 }
+
+func widenFast(dst []float32, src []uint16) int { return 0 }
+
+func mmRowsH(c, a []float32, b []uint16, m, k, n int, acc bool, r0, r1 int) {
+	refRowsNT(c, a, nil, b, k, n, acc, r0, r1, 0, n)
+}
+
+func mmColsNT(c, a, b []float32, h []uint16, m, k, n int, acc bool, j0, j1 int) {
+	refRowsNT(c, a, b, h, k, n, acc, 0, m, j0, j1)
+}

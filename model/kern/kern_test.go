@@ -150,7 +150,7 @@ func TestMatMulShortSlicePanics(t *testing.T) {
 // is split or which entry point computes it.
 func TestTilingBitIdentity(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	shapes := [][3]int{{1, 128, 512}, {16, 128, 512}, {37, 300, 97}, {64, 33, 200}, {100, 257, 65}, {7, 513, 31}, {130, 64, 16}}
+	shapes := [][3]int{{1, 128, 512}, {1, 100, 150}, {1, 1040, 200}, {1, 15, 70}, {16, 128, 512}, {37, 300, 97}, {64, 33, 200}, {100, 257, 65}, {7, 513, 31}, {130, 64, 16}}
 	for _, s := range shapes {
 		m, k, n := s[0], s[1], s[2]
 		name := fmt.Sprintf("m=%d k=%d n=%d", m, k, n)

@@ -91,12 +91,12 @@ func BenchmarkKernelShare(b *testing.B) {
 		for i, s := range shapes {
 			m, k, n := s.m, s.k, s.n
 			a, bb, c := randVec(r, m*k), randVec(r, k*n), make([]float32, m*n)
-			A, B := operand{a, k, 1}, operand{bb, n, 1}
+			A, B := operand{s: a, rs: k, cs: 1}, operand{s: bb, rs: n, cs: 1}
 			switch s.kind {
 			case kindNT:
-				B = operand{bb, 1, k}
+				B = operand{s: bb, rs: 1, cs: k}
 			case kindTN:
-				A = operand{a, 1, m}
+				A = operand{s: a, rs: 1, cs: m}
 			}
 			sc := new(scratch)
 			for _, d := range drivers {

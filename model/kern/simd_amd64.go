@@ -121,7 +121,7 @@ func packedISA(isa int, c, a []float32, m int, B *Packed, acc bool) {
 		gemvPanels(isa, c, a, B, acc, 0, (n+B.w-1)/B.w)
 		return
 	}
-	A, Bp := operand{a, k, 1}, operand{B.b, n, 1}
+	A, Bp := operand{s: a, rs: k, cs: 1}, operand{s: B.b, rs: n, cs: 1}
 	sc := scratchPool.Get().(*scratch)
 	switch {
 	case isa == isaAVX512 && m >= zGEMVRows:
@@ -140,10 +140,21 @@ func mmRows(kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) {
 	mmISA(bestISA, kind, c, a, b, m, k, n, acc, r0, r1)
 }
 
-// operand describes a strided matrix: X(r, q) = s[r*rs + q*cs].
+// operand describes a strided matrix: X(r, q) = s[r*rs + q*cs], or, for a
+// bfloat16 B (s nil), the widened h[r*rs + q*cs]. A bfloat16 operand is
+// always packed (bPanel widens it), never read in place.
 type operand struct {
 	s      []float32
 	rs, cs int
+	h      []uint16
+}
+
+// at is X(r, q) as float32.
+func (o operand) at(r, q int) float32 {
+	if o.h != nil {
+		return FromBF16(o.h[r*o.rs+q*o.cs])
+	}
+	return o.s[r*o.rs+q*o.cs]
 }
 
 // mmISA computes output rows [r0, r1) of the product of the given kind on
@@ -167,26 +178,82 @@ func mmISA(isa, kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) 
 	var A, B operand
 	switch kind {
 	case kindNN:
-		A = operand{a[r0*k:], k, 1}
-		B = operand{b, n, 1}
+		A = operand{s: a[r0*k:], rs: k, cs: 1}
+		B = operand{s: b, rs: n, cs: 1}
 	case kindNT:
-		A = operand{a[r0*k:], k, 1}
-		B = operand{b, 1, k}
+		A = operand{s: a[r0*k:], rs: k, cs: 1}
+		B = operand{s: b, rs: 1, cs: k}
 	default:
-		A = operand{a[r0:], 1, m}
-		B = operand{b, n, 1}
+		A = operand{s: a[r0:], rs: 1, cs: m}
+		B = operand{s: b, rs: n, cs: 1}
 	}
 	// B with contiguous rows (NN, TN) is read in place on both paths: with
 	// the assembly kernels, packing it cost more than the L1 misses it
 	// saves, from 1 to 512 rows (BenchmarkPackPolicy). NT's B is always
 	// packed (transposed).
+	gemmISA(isa, cc, n, A, B, rows, k, n, acc)
+}
+
+// gemmISA runs the path's driver with a pooled scratch.
+func gemmISA(isa int, c []float32, ldc int, A, B operand, m, k, n int, acc bool) {
 	sc := scratchPool.Get().(*scratch)
-	if isa == isaAVX512 {
-		gemm512(cc, n, A, B, rows, k, n, acc, true, sc)
+	if B.cs != 1 && B.rs == 1 && A.cs == 1 && m == 1 && isa == isaAVX512 {
+		ntGemv512(c, A, B, k, n, acc, &sc.b)
+	} else if B.cs != 1 && B.rs == 1 && A.cs == 1 && m <= ntSmallRows {
+		ntSmall(isa, c, ldc, A, B, m, k, n, acc, &sc.b)
+	} else if isa == isaAVX512 {
+		gemm512(c, ldc, A, B, m, k, n, acc, true, sc)
 	} else {
-		gemm256(cc, n, A, B, rows, k, n, acc, true, &sc.b, nil)
+		gemm256(c, ldc, A, B, m, k, n, acc, true, &sc.b, nil)
 	}
 	scratchPool.Put(sc)
+}
+
+// mmRowsH is the NT product with a bfloat16 B over output rows [r0, r1).
+func mmRowsH(c, a []float32, b []uint16, m, k, n int, acc bool, r0, r1 int) {
+	if bestISA == isaRef {
+		refRowsNT(c, a, nil, b, k, n, acc, r0, r1, 0, n)
+		return
+	}
+	rows := r1 - r0
+	if rows <= 0 || n == 0 {
+		return
+	}
+	cc := c[r0*n : r1*n]
+	if k == 0 {
+		if !acc {
+			clear(cc)
+		}
+		return
+	}
+	gemmISA(bestISA, cc, n, operand{s: a[r0*k:], rs: k, cs: 1}, operand{h: b, rs: 1, cs: k}, rows, k, n, acc)
+}
+
+// mmColsNT is the NT product (float32 b, or bfloat16 h where b is nil)
+// over output columns [j0, j1) of a C with n columns.
+func mmColsNT(c, a, b []float32, h []uint16, m, k, n int, acc bool, j0, j1 int) {
+	if bestISA == isaRef {
+		refRowsNT(c, a, b, h, k, n, acc, 0, m, j0, j1)
+		return
+	}
+	if m == 0 || j1 <= j0 {
+		return
+	}
+	if k == 0 {
+		if !acc {
+			for i := range m {
+				clear(c[i*n+j0 : i*n+j1])
+			}
+		}
+		return
+	}
+	B := operand{rs: 1, cs: k}
+	if b != nil {
+		B.s = b[j0*k:]
+	} else {
+		B.h = h[j0*k:]
+	}
+	gemmISA(bestISA, c[j0:], n, operand{s: a, rs: k, cs: 1}, B, m, k, j1-j0, acc)
 }
 
 // bPanel returns B(kb.., jb..) as a base pointer and a byte stride between
@@ -194,6 +261,9 @@ func mmISA(isa, kind int, c, a, b []float32, m, k, n int, acc bool, r0, r1 int) 
 // or packed zero-padded into buf with row stride W. B in NT layout is
 // transposed with the isa's register transpose.
 func bPanel(isa int, B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) (unsafe.Pointer, uintptr) {
+	if B.h != nil {
+		return bPanelH(isa, B, kb, kc, jb, w, W, buf)
+	}
 	if inPlace && B.cs == 1 && w == W {
 		return unsafe.Pointer(&B.s[kb*B.rs+jb]), uintptr(B.rs) * 4
 	}
@@ -257,6 +327,57 @@ func bPanel(isa int, B operand, kb, kc, jb, w, W int, inPlace bool, buf *panel) 
 			for pp, v := range src {
 				d[pp*W] = v
 			}
+		}
+	}
+	return unsafe.Pointer(&dst[0]), uintptr(W) * 4
+}
+
+// bPanelH is bPanel for a bfloat16 B: packed, widened.
+func bPanelH(isa int, B operand, kb, kc, jb, w, W int, buf *panel) (unsafe.Pointer, uintptr) {
+	dst := buf[:kc*W]
+	switch {
+	case B.rs == 1 && isa == isaAVX512 && W%16 == 0:
+		for jj0 := 0; jj0 < W; jj0 += 16 {
+			nr := w - jj0
+			for p0 := 0; p0 < kc; p0 += 16 {
+				nq := min(16, kc-p0)
+				d := buf[p0*W+jj0:]
+				if nr >= 16 && p0%32 == 0 && kc-p0 >= 32 && B.cs%2 == 0 {
+					// whole 16×32 blocks as pairs, where the rows are
+					// 4-byte aligned
+					src := B.h[(jb+jj0)*B.cs+kb+p0:]
+					if uintptr(unsafe.Pointer(&src[0]))%4 == 0 {
+						transpose16pairs(src, B.cs, d, W)
+						p0 += 16
+						continue
+					}
+				}
+				if nr <= 0 {
+					for q := 0; q < nq; q++ {
+						clear(d[q*W : q*W+16])
+					}
+					continue
+				}
+				if nr >= 16 && nq == 16 {
+					transpose16h(B.h[(jb+jj0)*B.cs+kb+p0:], B.cs, d, W)
+					continue
+				}
+				var t [256]float32
+				for r := 0; r < min(nr, 16); r++ {
+					WidenBF16(t[r*16:r*16+nq], B.h[(jb+jj0+r)*B.cs+kb+p0:])
+				}
+				transpose16(t[:], 16, d, W)
+			}
+		}
+	case B.rs == 1 && isa == isaAVX2 && W%8 == 0:
+		packT8(B, kb, kc, jb, w, W, buf)
+	default:
+		for pp := 0; pp < kc; pp++ {
+			d := dst[pp*W : pp*W+W]
+			for jj := range w {
+				d[jj] = B.at(kb+pp, jb+jj)
+			}
+			clear(d[w:])
 		}
 	}
 	return unsafe.Pointer(&dst[0]), uintptr(W) * 4

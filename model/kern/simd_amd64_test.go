@@ -144,9 +144,9 @@ func BenchmarkPackPolicy(b *testing.B) {
 					buf := new(scratch)
 					for i := 0; i < b.N; i++ {
 						if isa == isaAVX512 {
-							gemm512(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, buf)
+							gemm512(c, n, operand{s: a, rs: k, cs: 1}, operand{s: bb, rs: n, cs: 1}, m, k, n, false, inPlace, buf)
 						} else {
-							gemm256(c, n, operand{a, k, 1}, operand{bb, n, 1}, m, k, n, false, inPlace, &buf.b, nil)
+							gemm256(c, n, operand{s: a, rs: k, cs: 1}, operand{s: bb, rs: n, cs: 1}, m, k, n, false, inPlace, &buf.b, nil)
 						}
 					}
 					b.ReportMetric(2*float64(m*k*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
@@ -170,12 +170,12 @@ func BenchmarkAVX2Path(b *testing.B) {
 			})
 			// The archsimd driver the assembly replaced, as the baseline.
 			b.Run(fmt.Sprintf("%s/%dx%dx%d/archsimd", name, m, k, n), func(b *testing.B) {
-				A, B := operand{nil, k, 1}, operand{nil, n, 1}
+				A, B := operand{s: nil, rs: k, cs: 1}, operand{s: nil, rs: n, cs: 1}
 				switch kind {
 				case kindNT:
-					B = operand{nil, 1, k}
+					B = operand{s: nil, rs: 1, cs: k}
 				case kindTN:
-					A = operand{nil, 1, m}
+					A = operand{s: nil, rs: 1, cs: m}
 				}
 				buf := new(panel)
 				benchMM(b, func(c, a, bb []float32) {
@@ -241,12 +241,12 @@ func TestAsmMatchesArchsimd(t *testing.T) {
 		m, k, n := s[0], s[1], s[2]
 		a, b, c0 := randVec(r, m*k), randVec(r, k*n), randVec(r, m*n)
 		for kind := kindNN; kind <= kindTN; kind++ {
-			A, B := operand{a, k, 1}, operand{b, n, 1}
+			A, B := operand{s: a, rs: k, cs: 1}, operand{s: b, rs: n, cs: 1}
 			switch kind {
 			case kindNT:
-				B = operand{b, 1, k}
+				B = operand{s: b, rs: 1, cs: k}
 			case kindTN:
-				A = operand{a, 1, m}
+				A = operand{s: a, rs: 1, cs: m}
 			}
 			for _, acc := range []bool{false, true} {
 				for _, inPlace := range []bool{false, true} {
@@ -315,7 +315,7 @@ func TestPackT8(t *testing.T) {
 	for _, s := range [][4]int{{16, 16, 16, 0}, {20, 13, 16, 3}, {9, 40, 8, 1}, {30, 257, 16, 8}} {
 		n, k, W, jb := s[0], s[1], s[2], s[3]
 		b := randVec(r, n*k)
-		B := operand{b, 1, k}
+		B := operand{s: b, rs: 1, cs: k}
 		for kb := 0; kb < k; kb += kcBlk {
 			kc := min(kcBlk, k-kb)
 			w := min(W, n-jb)
@@ -389,7 +389,7 @@ func BenchmarkGEMVBandwidth(b *testing.B) {
 		b.Run(fmt.Sprintf("%dx%d/gemv-archsimd-avx2", k, n), func(b *testing.B) {
 			buf := new(panel)
 			for i := 0; i < b.N; i++ {
-				gemm256simd(c, n, operand{a, k, 1}, operand{bb, n, 1}, 1, k, n, false, true, buf)
+				gemm256simd(c, n, operand{s: a, rs: k, cs: 1}, operand{s: bb, rs: n, cs: 1}, 1, k, n, false, true, buf)
 			}
 			gbs(b)
 		})

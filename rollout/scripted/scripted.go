@@ -8,9 +8,11 @@ import (
 	"context"
 	"sync"
 
+	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
+
 	"github.com/longhaul-rl/longhaul/env"
 	"github.com/longhaul-rl/longhaul/gen"
-	"github.com/longhaul-rl/longhaul/model/tokenizer"
+	"github.com/longhaul-rl/longhaul/rollout"
 	"github.com/longhaul-rl/longhaul/runlog"
 )
 
@@ -18,11 +20,15 @@ import (
 const Logprob = -0.25
 
 // Func is a scripted generator: Reply returns the text of the reply to a
-// rendered prompt; the generator samples its bytes and the end marker
-// (truncated to MaxTokens, finishing with "length").
+// rendered prompt; the generator samples its tokens and the first stop
+// token of Chat's tokenizer (truncated to MaxTokens, finishing with
+// "length").
 type Func struct {
 	Reply   func(req gen.Request) (string, error)
 	Version int64
+	// Chat is the template the prompts are rendered with; nil is the
+	// default chat (rollout.DefaultChat, the byte template).
+	Chat lhtok.Appender
 
 	mu    sync.Mutex
 	calls int
@@ -46,7 +52,8 @@ func (f *Func) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, 
 		if err != nil {
 			return nil, err
 		}
-		toks := append(tokenizer.Encode(text), tokenizer.End)
+		tok := chatOf(f.Chat).Tokenizer()
+		toks := append(tok.Encode(text), tok.StopTokens()[0])
 		finish := runlog.FinishStop
 		if r.MaxTokens > 0 && len(toks) > r.MaxTokens {
 			toks, finish = toks[:r.MaxTokens], runlog.FinishLength
@@ -89,9 +96,17 @@ func (r *Recorder) Events() []runlog.Event {
 	return append([]runlog.Event(nil), r.events...)
 }
 
-// Messages splits a rendered prompt back into messages (tokenizer.Parse),
-// for scripted agents that read their context the way a model would.
-func Messages(prompt []int32) []tokenizer.Message { return tokenizer.Parse(prompt) }
+// Messages splits a prompt rendered with the default chat back into
+// messages, for scripted agents that read their context the way a model
+// would.
+func Messages(prompt []int32) []lhtok.Message { return rollout.DefaultChat.Messages(prompt) }
+
+func chatOf(c lhtok.Appender) lhtok.Appender {
+	if c == nil {
+		return rollout.DefaultChat
+	}
+	return c
+}
 
 // ErrOracle is returned when the oracle cannot read its context.
 var ErrOracle = env.ErrOracle
@@ -99,6 +114,6 @@ var ErrOracle = env.ErrOracle
 // LedgerOracle is env.LedgerOracle as a scripted generator.
 func LedgerOracle(summaryRequest string) *Func {
 	return &Func{Reply: func(req gen.Request) (string, error) {
-		return env.LedgerOracle(tokenizer.Parse(req.Prompt), summaryRequest)
+		return env.LedgerOracle(Messages(req.Prompt), summaryRequest)
 	}}
 }

@@ -9,24 +9,25 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/llama"
 	tembedded "github.com/longhaul-rl/longhaul/train/embedded"
 	"github.com/longhaul-rl/longhaul/train/remote"
 )
 
-// TestGoAgreement: the Go trainer (train/embedded over model/) and the
-// PyTorch trainer take the same batches from the same weights (the Go
-// model converted to the Llama layout it coincides with); loss and grad
-// norm agree to 1e-5 relative at every step, and so do the weights after
-// three steps (per tensor, relative to its largest entry). AdamW's eps is
+// TestGoAgreement: the Go trainer (train/embedded over model/, the
+// built-in configuration) and the PyTorch trainer take the same batches
+// from the same weights (the built-in model is a Llama configuration, saved
+// as an HF directory); loss and grad norm agree to 1e-5 relative at every
+// step, and so do the weights after three steps (per tensor, relative to
+// its largest entry). AdamW's eps is
 // 1e-3 here: with 1e-8 the first update is lr·sign(g), which turns float32
 // rounding in a near-zero gradient entry into a full ±lr difference.
 func TestGoAgreement(t *testing.T) {
 	t.Parallel()
 	python(t)
 	root := t.TempDir()
-	cfg := model.Config{Vocab: vocab, Dim: 32, Heads: 4, Layers: 2, Hidden: 64, Context: 64, Positions: model.PosRope, RopeTheta: 10000, NormEps: 1e-5}
-	m, err := model.New(cfg, 11)
+	cfg := model.DefaultConfig()
+	cfg.Vocab, cfg.Dim, cfg.Heads, cfg.KVHeads, cfg.HeadDim, cfg.Hidden, cfg.MaxPos = vocab, 32, 4, 4, 8, 64, 64
+	m, err := model.NewBuiltin(cfg, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,60 +61,21 @@ func TestGoAgreement(t *testing.T) {
 			t.Fatalf("step %d: Go %+v, PyTorch %+v", k+1, gs, ps)
 		}
 	}
-	goOut := filepath.Join(root, "go2", "model.safetensors")
-	if err := os.MkdirAll(filepath.Dir(goOut), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := goT.Model().SaveSafetensors(goOut); err != nil {
-		t.Fatal(err)
-	}
-	pyOut := filepath.Join(root, "py2")
-	if err := os.MkdirAll(pyOut, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := py.ExportWeights(ctx, filepath.Join(pyOut, "model.safetensors")); err != nil {
-		t.Fatal(err)
-	}
-	out, err := pyCmd(ctx, t, "-m", "longhaul_trainer.gomodel", "compare", "--go", goOut, "--hf", pyOut).Output()
-	if err != nil {
-		t.Fatalf("compare: %v: %s", err, out)
-	}
-	var cmp struct {
-		MaxRel float64 `json:"max_rel"`
-		Worst  string  `json:"worst_tensor"`
-		MaxAbs float64 `json:"max_abs"`
-	}
-	if err := json.Unmarshal(out, &cmp); err != nil {
-		t.Fatalf("compare output %q: %v", out, err)
-	}
-	t.Logf("weights after 3 steps: max relative difference %.3g (%s), max absolute %.3g", cmp.MaxRel, cmp.Worst, cmp.MaxAbs)
-	if cmp.MaxRel > 1e-5 {
-		t.Fatalf("weights differ: %+v", cmp)
-	}
+	hfExportsAgree(ctx, t, "after 3 steps", goT, py)
 }
 
-// goToHF writes m (Go layout) under root/go and its Llama conversion under
-// root/hf, which it returns.
+// goToHF writes m as an HF directory under root/hf, which it returns.
 func goToHF(t testing.TB, m *model.Model, root string) string {
 	t.Helper()
-	goFile := filepath.Join(root, "go", "model.safetensors")
-	if err := os.MkdirAll(filepath.Dir(goFile), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.SaveSafetensors(goFile); err != nil {
-		t.Fatal(err)
-	}
 	hf := filepath.Join(root, "hf")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a bound for a hung run only
-	defer cancel()
-	if out, err := pyCmd(ctx, t, "-m", "longhaul_trainer.gomodel", "to-hf", "--go", goFile, "--out", hf).CombinedOutput(); err != nil {
-		t.Fatalf("convert: %v: %s", err, out)
+	if err := m.SaveDir(hf, model.SaveOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	return hf
 }
 
-// TestLlamaAgreement: the Go Llama/Qwen3 trainer (model/llama through
-// train/embedded.HFTrainer) and the PyTorch trainer start from the same HF
+// TestLlamaAgreement: the Go Llama/Qwen3 trainer (model through
+// train/embedded.Trainer) and the PyTorch trainer start from the same HF
 // directory (a tiny Qwen3: GQA, q/k norm, tied embeddings) and take the
 // same batches: loss and grad norm agree to 1e-5 relative at every step,
 // the exported weights to 1e-5 relative per tensor. Same AdamW eps note as
@@ -121,13 +83,13 @@ func goToHF(t testing.TB, m *model.Model, root string) string {
 func TestLlamaAgreement(t *testing.T) {
 	t.Parallel()
 	dir := tinyModel(t)
-	m, err := llama.LoadDir(dir)
+	m, err := model.LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	oc := model.OptimConfig{LR: 0.01, MinLR: 0.001, WarmupSteps: 2, TotalSteps: 100, Schedule: "cosine",
 		WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-3, GradClip: 0.5}
-	goT, err := tembedded.NewHF(m, oc, model.LossConfig{ClipLow: 0.2, ClipHigh: 0.28, Norm: model.NormTokenMean})
+	goT, err := tembedded.New(m, oc, model.LossConfig{ClipLow: 0.2, ClipHigh: 0.28, Norm: model.NormTokenMean})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +119,8 @@ func TestLlamaAgreement(t *testing.T) {
 }
 
 // hfExportsAgree exports both trainers' weights in HF layout and requires
-// them equal to 1e-5 relative per tensor (longhaul_trainer.gomodel
-// compare-hf); what names the point in the log.
+// them equal to 1e-5 relative per tensor (longhaul_trainer.compare);
+// what names the point in the log.
 func hfExportsAgree(ctx context.Context, t *testing.T, what string, goT, py interface {
 	ExportWeights(context.Context, string) error
 }) {
@@ -176,7 +138,7 @@ func hfExportsAgree(ctx context.Context, t *testing.T, what string, goT, py inte
 	if err := py.ExportWeights(ctx, filepath.Join(pyOut, "model.safetensors")); err != nil {
 		t.Fatal(err)
 	}
-	out, err := pyCmd(ctx, t, "-m", "longhaul_trainer.gomodel", "compare-hf", "--a", goOut, "--hf", pyOut).Output()
+	out, err := pyCmd(ctx, t, "-m", "longhaul_trainer.compare", "--a", goOut, "--b", pyOut).Output()
 	if err != nil {
 		t.Fatalf("compare: %v: %s", err, out)
 	}

@@ -62,8 +62,9 @@ func BenchmarkTrainStepOverhead(b *testing.B) {
 // tiny model in the Go trainer (in process) and the PyTorch trainer (its
 // own step time, HTTP excluded); torch/go is the ratio of step times.
 func BenchmarkStepGoVsTorch(b *testing.B) {
-	cfg := model.Config{Vocab: vocab, Dim: 128, Heads: 4, Layers: 2, Hidden: 352, Context: 128, Positions: model.PosRope, RopeTheta: 10000, NormEps: 1e-5}
-	m, err := model.New(cfg, 1)
+	cfg := model.DefaultConfig()
+	cfg.Vocab = vocab
+	m, err := model.NewBuiltin(cfg, 1)
 	if err != nil {
 		b.Fatal(err)
 	}

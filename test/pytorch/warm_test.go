@@ -6,24 +6,23 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/train"
 	tembedded "github.com/longhaul-rl/longhaul/train/embedded"
 	"github.com/longhaul-rl/longhaul/train/remote"
 )
 
 // TestWarmStartAgreement: the warm start as an in-process run does it (a
-// second model/llama trainer over the weights, the SFT loss, the warm
+// second model trainer over the weights, the SFT loss, the warm
 // start's constant lr after its warmup) and as the PyTorch trainer does
 // it over /v1/warm_step, from the same tiny Qwen3; then one RL step on
-// each (train/embedded.HFTrainer, /v1/train_step), whose optimizer the
+// each (train/embedded.Trainer, /v1/train_step), whose optimizer the
 // warm start must not have touched. Loss and grad norm agree to 1e-5
 // relative at every step, the exported weights to 1e-5 relative per
 // tensor. Same AdamW eps note as TestGoAgreement.
 func TestWarmStartAgreement(t *testing.T) {
 	t.Parallel()
 	dir := tinyModel(t)
-	m, err := llama.LoadDir(dir)
+	m, err := model.LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +32,7 @@ func TestWarmStartAgreement(t *testing.T) {
 	spec := remote.WarmSpec{Steps: steps, WarmupSteps: 2, LR: 0.02}
 	woc := oc // what runner.warmOptim makes of the run's optimizer
 	woc.LR, woc.MinLR, woc.Schedule, woc.WarmupSteps, woc.TotalSteps = spec.LR, spec.LR, "constant", spec.WarmupSteps, steps
-	goWarm, err := llama.NewTrainer(m, woc)
+	goWarm, err := model.NewTrainer(m, woc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +72,7 @@ func TestWarmStartAgreement(t *testing.T) {
 	if w, s, err := py.WarmState(ctx); err != nil || w != steps || s != 0 {
 		t.Fatalf("PyTorch trainer after the warm start: warm_step %d, step %d, %v", w, s, err)
 	}
-	goT, err := tembedded.NewHF(m, oc, model.LossConfig{ClipLow: 0.2, ClipHigh: 0.28, Norm: model.NormTokenMean})
+	goT, err := tembedded.New(m, oc, model.LossConfig{ClipLow: 0.2, ClipHigh: 0.28, Norm: model.NormTokenMean})
 	if err != nil {
 		t.Fatal(err)
 	}

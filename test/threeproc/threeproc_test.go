@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/metrics"
-	"github.com/longhaul-rl/longhaul/model/llama"
+	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/runlog"
 	"github.com/longhaul-rl/longhaul/testkit/crashtest"
 	"github.com/longhaul-rl/longhaul/testkit/proctest"
@@ -417,8 +417,8 @@ func compareInProcess(t *testing.T, three, inproc string) {
 	t.Logf("final weights file: three-process %s, in-process %s (equal bytes: %v)", sa.WeightsSHA256[:16], sb.WeightsSHA256[:16], sa.WeightsSHA256 == sb.WeightsSHA256)
 	// The files come from different writers (PyTorch's export, the Go
 	// trainer's); their tensors are compared by value.
-	ta, errA := llama.LoadDir(filepath.Join(three, "weights"))
-	tb, errB := llama.LoadDir(filepath.Join(inproc, "weights"))
+	ta, errA := model.LoadDir(filepath.Join(three, "weights"))
+	tb, errB := model.LoadDir(filepath.Join(inproc, "weights"))
 	if errA != nil || errB != nil {
 		t.Fatalf("loading the final weights: %v, %v", errA, errB)
 	}

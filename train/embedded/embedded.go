@@ -1,9 +1,12 @@
-// Package embedded is the in-process Trainer over the embedded model.
+// Package embedded is the in-process Trainer over the embedded model
+// (model: the built-in configuration or a Llama/Qwen checkpoint).
 package embedded
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 
 	"github.com/longhaul-rl/longhaul/model"
@@ -21,7 +24,10 @@ const (
 // Trainer trains an embedded model with the PG loss (and SFT for warm
 // start). Step k publishes version k: the version is the optimizer step
 // count of RL steps, kept separately from the model's own step counter so a
-// warm start does not shift versions.
+// warm start does not shift versions. Its checkpoints and exports are
+// Hugging Face directories (config.json, model.safetensors, the tokenizer
+// files of a model loaded from one) plus trainer.state and trainer.json,
+// so any checkpoint loads in transformers or vLLM as it is.
 type Trainer struct {
 	t       *model.Trainer
 	oc      model.OptimConfig
@@ -66,8 +72,8 @@ func (t *Trainer) TrainStep(ctx context.Context, b train.Batch) (train.StepStats
 	default:
 		return train.StepStats{}, fmt.Errorf("embedded trainer: %w: loss: unknown loss %q", train.ErrInvalidBatch, b.Loss)
 	}
-	mc := t.t.Model().Config()
-	if err := train.ValidateForModel(b, mc.Vocab, mc.Context); err != nil {
+	m := t.t.Model()
+	if err := train.ValidateForModel(b, m.Config().Vocab, m.Context()); err != nil {
 		return train.StepStats{}, fmt.Errorf("embedded trainer: %w", err)
 	}
 	seqs := make([]model.Sequence, len(b.Rows))
@@ -88,19 +94,19 @@ func (t *Trainer) State(context.Context) (train.State, error) {
 	return train.State{Step: t.version, Version: t.version}, nil
 }
 
-// SaveCheckpoint implements train.Trainer: weights (safetensors + config.json),
-// optimizer state and the version, written plainly through the storage
-// seam: the checkpoint writer (train/ckpt) fsyncs the directory's files
-// and publishes it by rename.
+// SaveCheckpoint implements train.Trainer: the HF directory, the optimizer
+// state and the version, written plainly through the storage seam: the
+// checkpoint writer (train/ckpt) fsyncs the directory's files and
+// publishes it by rename.
 func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 	fs := t.storage()
 	if err := fs.MkdirAll(dir, 0o755); err != nil { // the protocol allows an absent dir
 		return fmt.Errorf("embedded trainer: %w", err)
 	}
-	err := t.t.Model().WriteFilesWith(filepath.Join(dir, WeightsFile), func(p string, b []byte) error {
-		return store.PutFile(fs, p, b)
-	})
-	if err != nil {
+	create := func(p string) (io.WriteCloser, error) {
+		return fs.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	}
+	if err := t.t.Model().SaveDir(dir, model.SaveOptions{Create: create}); err != nil {
 		return fmt.Errorf("embedded trainer: %w", err)
 	}
 	return saveState(fs, dir, t.t.SaveState, t.version)
@@ -109,9 +115,17 @@ func (t *Trainer) SaveCheckpoint(_ context.Context, dir string) error {
 // LoadCheckpoint implements train.Trainer. A directory that does not hold
 // a checkpoint this trainer loads is bad input (train.ErrInvalidInput).
 func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
-	m, err := loadModel(t.storage(), filepath.Join(dir, WeightsFile))
+	// LoadDirWith reads the directory itself: the controller verified
+	// every file of the checkpoint through the seam first (ckpt.LatestFS),
+	// which on a mirrored run directory also fetched them.
+	m, err := model.LoadDirWith(dir, model.LoadOptions{Copy: true})
 	if err != nil {
 		return notACheckpoint(dir, err)
+	}
+	if old := t.t.Model(); old.Context() != m.Context() {
+		if err := m.SetContext(old.Context()); err != nil {
+			return fmt.Errorf("embedded trainer: %w", err)
+		}
 	}
 	nt, err := model.NewTrainer(m, t.oc)
 	if err != nil {
@@ -125,15 +139,18 @@ func (t *Trainer) LoadCheckpoint(_ context.Context, dir string) error {
 	return nil
 }
 
-// ExportWeights implements train.Trainer.
+// ExportWeights implements train.Trainer: path names the weights file of
+// an HF directory (…/model.safetensors), and the whole directory is
+// written; any other name gets the weights and config.json beside them.
 func (t *Trainer) ExportWeights(_ context.Context, path string) error {
-	fs := t.storage()
-	return t.t.Model().WriteFilesWith(path, func(p string, b []byte) error {
-		if err := store.WriteAtomic(fs, p, b); err != nil {
-			return fmt.Errorf("embedded trainer: export %s: %w", p, err)
-		}
-		return nil
-	})
+	// SaveDir and SaveSafetensors write each file by temporary file and
+	// rename themselves (atomic, as servers reload them); a mirrored run
+	// directory picks the files up by their size and time, as it does a
+	// remote trainer's.
+	if filepath.Base(path) == WeightsFile {
+		return t.t.Model().SaveDir(filepath.Dir(path), model.SaveOptions{})
+	}
+	return t.t.Model().SaveSafetensors(path)
 }
 
 func diagnostics(st model.Stats) train.Diagnostics {

@@ -11,14 +11,13 @@ import (
 	"github.com/longhaul-rl/longhaul/gen"
 	gembedded "github.com/longhaul-rl/longhaul/gen/embedded"
 	"github.com/longhaul-rl/longhaul/model"
-	"github.com/longhaul-rl/longhaul/model/llama"
 	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
-func tinyHF(t *testing.T) *llama.Model {
+func tinyHF(t *testing.T) *model.Model {
 	t.Helper()
-	m, err := llama.New(llama.Config{Family: llama.FamilyQwen3, Vocab: 50, Dim: 16, Hidden: 32, Layers: 2, Heads: 4,
+	m, err := model.New(model.Config{Family: model.FamilyQwen3, Vocab: 50, Dim: 16, Hidden: 32, Layers: 2, Heads: 4,
 		KVHeads: 2, NormEps: 1e-6, RopeTheta: 1e6, MaxPos: 64, Tied: true}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -29,15 +28,15 @@ func tinyHF(t *testing.T) *llama.Model {
 // TestHFTrainerCheckpoint: sample with the HF generator, train on the
 // samples with their logprobs as old logprobs, checkpoint, resume in a new
 // trainer: the next step matches the uninterrupted trainer's bit for bit;
-// an export is an HF directory llama.LoadDir reads.
+// an export is an HF directory model.LoadDir reads.
 func TestHFTrainerCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	oc := model.DefaultOptimConfig()
-	a, err := NewHF(tinyHF(t), oc, model.LossConfig{})
+	a, err := New(tinyHF(t), oc, model.LossConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gembedded.NewHF(a.Model().Clone(), 0)
+	g := gembedded.New(a.Model().Clone(), 0)
 	batch := func() train.Batch {
 		res, err := g.Generate(ctx, []gen.Request{{Prompt: []int32{1, 2, 3}, MaxTokens: 10, Temperature: 1, Seed: 7},
 			{Prompt: []int32{4}, MaxTokens: 12, Temperature: 1, Seed: 8}})
@@ -73,7 +72,7 @@ func TestHFTrainerCheckpoint(t *testing.T) {
 	if _, err := a.TrainStep(ctx, b2); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := NewHF(tinyHF(t), oc, model.LossConfig{})
+	r, _ := New(tinyHF(t), oc, model.LossConfig{})
 	if err := r.LoadCheckpoint(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +90,7 @@ func TestHFTrainerCheckpoint(t *testing.T) {
 	if err := a.ExportWeights(ctx, filepath.Join(exp, WeightsFile)); err != nil {
 		t.Fatal(err)
 	}
-	back, err := llama.LoadDir(exp)
+	back, err := model.LoadDir(exp)
 	if err != nil || back.Digest() != a.Model().Digest() {
 		t.Fatalf("export: %v", err)
 	}
@@ -104,7 +103,7 @@ func TestHFTrainerCheckpoint(t *testing.T) {
 func TestHFCheckpointThroughSeam(t *testing.T) {
 	for _, name := range []string{"model.safetensors", "config.json", "generation_config.json", StateFile, MetaFile} {
 		t.Run(name, func(t *testing.T) {
-			tr, err := NewHF(tinyHF(t), model.DefaultOptimConfig(), model.LossConfig{})
+			tr, err := New(tinyHF(t), model.DefaultOptimConfig(), model.LossConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}

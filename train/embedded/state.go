@@ -9,13 +9,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/longhaul-rl/longhaul/model"
 	"github.com/longhaul-rl/longhaul/store"
 	"github.com/longhaul-rl/longhaul/train"
 )
 
-// The optimizer state and version files of a checkpoint, the same for
-// both trainers (Trainer, HFTrainer); only the weights' format differs.
+// The optimizer state and version files of a checkpoint.
 
 type meta struct {
 	Version int64 `json:"version"`
@@ -61,30 +59,6 @@ func readState(fs store.FS, dir string, load func(io.Reader) error) (int64, erro
 		return 0, fmt.Errorf("embedded trainer: %s: %w", MetaFile, err)
 	}
 	return md.Version, nil
-}
-
-// loadModel reads a model written by WriteFilesWith (the weights at path,
-// config.json beside it) through fs.
-func loadModel(fs store.FS, path string) (*model.Model, error) {
-	data, err := store.ReadFile(fs, path)
-	if err != nil {
-		return nil, fmt.Errorf("embedded trainer: load: %w", err)
-	}
-	var cfg *model.Config
-	if b, err := store.ReadFile(fs, model.ConfigPath(path)); err == nil {
-		var c model.Config
-		if err := json.Unmarshal(b, &c); err != nil {
-			return nil, fmt.Errorf("embedded trainer: load %s: %w", model.ConfigPath(path), err)
-		}
-		cfg = &c
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("embedded trainer: load: %w", err)
-	}
-	m, err := model.DecodeSafetensors(data, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("embedded trainer: load %s: %w", path, err)
-	}
-	return m, nil
 }
 
 // notACheckpoint marks a load that failed on what dir holds (a missing or

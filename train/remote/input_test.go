@@ -24,8 +24,8 @@ import (
 // `longhaul serve-trainer` serves, not a fake.
 func realTrainer(t testing.TB) *embedded.Trainer {
 	t.Helper()
-	m, err := model.New(model.Config{Vocab: 264, Dim: 16, Heads: 2, Layers: 1, Hidden: 32, Context: 32,
-		Positions: model.PosRope, RopeTheta: 10000, NormEps: 1e-5}, 1)
+	m, err := model.NewBuiltin(model.Config{Family: model.FamilyLlama, Vocab: 264, Dim: 16, Heads: 2, KVHeads: 2,
+		Layers: 1, Hidden: 32, MaxPos: 32, RopeTheta: 10000, NormEps: 1e-5, Tied: true, InitStd: 0.02}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,3 +100,22 @@ func PrintBandwidth(w io.Writer, bw Bandwidth) {
 	fmt.Fprintf(w, "GEMV m=1 %d×%d packed (weight bytes/s): 1 core %.1f GB/s (%.0f%% of the 1-core read), 2 cores %.1f GB/s (%.0f%% of the 2-core read); in place (MatMul) %.1f GB/s\n",
 		bw.K, bw.N, bw.GEMV1, share(bw.GEMV1, bw.Read1), bw.GEMV2, share(bw.GEMV2, bw.Read2), bw.InPlace)
 }
+
+// ReadRate2 is the streaming read rate (GB/s) of a buffer of about bytes
+// bytes on 2 cores (kern.ReadLoop over each half at once): the median of
+// reps passes of at least d each. 0 on the portable path.
+func ReadRate2(bytes, reps int, d time.Duration) float64 {
+	w := make([]float32, bytes/4)
+	for i := range w {
+		w[i] = float32(i & 1023)
+	}
+	if kern.ReadLoop(w[:1024]) == 0 {
+		return 0
+	}
+	half := len(w) / 2
+	var rates []float64
+	for range max(reps, 1) {
+		rates = append(rates, passRate(4*len(w), func() { kern.Fork(2, func(i int) { kern.ReadLoop(w[i*half : (i+1)*half]) }) }, d))
+	}
+	return median(rates)
+}

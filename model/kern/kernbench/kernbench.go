@@ -225,3 +225,10 @@ func Print(w io.Writer, rep Report, peer *Peer) {
 		fmt.Fprintln(w)
 	}
 }
+
+// Peak is the FMA peak (GFLOP/s) of threads goroutines running the path's
+// FMA loop for about d; 0 on the portable path.
+func Peak(threads int, d time.Duration) float64 { return peak(threads, d) }
+
+// LoadAvg is the first three fields of /proc/loadavg ("" off Linux).
+func LoadAvg() string { return loadAvg() }

@@ -1,5 +1,0 @@
-//go:build !race
-
-package llama
-
-const raceEnabled = false
