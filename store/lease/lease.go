@@ -145,7 +145,11 @@ func (l *Lease) try(ctx context.Context) (bool, error) {
 		}
 		b2, etag2, err := l.objs.Get(ctx, l.o.Key)
 		if err != nil {
-			return false, err // what happened meanwhile is unknown: watch again
+			// A read that failed saw nothing: keep watching. The take
+			// at the end is conditional on the ETag first read, so a
+			// renewal this watch missed makes it fail, not steal.
+			l.o.Logger.Warn("lease: reading it while watching failed", "err", err)
+			continue
 		}
 		if etag2 != etag {
 			var now Record
@@ -310,7 +314,18 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.Err() != nil {
 		return nil
 	}
-	return l.write(ctx, true)
+	// A write whose answer or read-back failed is tried again a few
+	// times: a lease left unreleased makes the next controller wait a TTL.
+	var err error
+	for try := 1; try <= 5; try++ {
+		if err = l.write(ctx, true); err == nil || errors.Is(err, ErrLost) || bucket.Permanent(err) {
+			return err
+		}
+		if !sleep(ctx, time.Duration(try)*l.o.Retry) {
+			return errors.Join(err, ctx.Err())
+		}
+	}
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
