@@ -78,13 +78,8 @@ func (c *Controller) RebuildRows(steps []int64) ([]metrics.Step, error) {
 		if err != nil {
 			return nil, fmt.Errorf("controller: metrics row of step %d: %w", k, err)
 		}
-		ms := sp.agg.Step(k, sp.counts)
-		ms.Version = version
-		ms.Rebuilt = true
-		ms.Dropped, ms.Replaced = len(sp.dropList), sp.replaced
-		rs := stepRetryStats(sp.trained, sp.dropList)
-		ms.Recovered, ms.RecoveredTokensMean, ms.FreshTokensMean, ms.DroppedTokensMean = rs.recovered, rs.recoveredTok, rs.freshTok, rs.drTok
-		ms.StalenessMean, ms.StalenessMax = sp.staleMean, sp.staleMax
+		ms := sp.loggedRow()
+		ms.Version, ms.Rebuilt = version, true
 		rows = append(rows, ms)
 	}
 	return rows, nil

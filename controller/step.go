@@ -73,19 +73,15 @@ func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan stru
 	}
 	c.fence(stats.Version)
 
-	ms := sp.agg.Step(k, sp.counts)
+	ms := sp.loggedRow()
 	ms.SetTrain(stats)
-	ms.Dropped, ms.Replaced = len(sp.dropList), sp.replaced
 	ms.LateResults = int(c.figures.lateResults.Swap(0))
 	ms.Regenerated = int(c.figures.regenerated.Swap(0))
-	rs := stepRetryStats(sp.trained, sp.dropList)
-	ms.Recovered, ms.RecoveredTokensMean, ms.FreshTokensMean, ms.DroppedTokensMean = rs.recovered, rs.recoveredTok, rs.freshTok, rs.drTok
-	if rs.recovered > 0 || len(sp.dropList) > 0 {
-		c.log.Info("retried and dropped groups", "step", k, "recovered", rs.recovered, "dropped", len(sp.dropList),
-			"recovered_tokens_per_rollout", round(rs.recoveredTok), "fresh_tokens_per_rollout", round(rs.freshTok),
-			"dropped_tokens_per_rollout", round(rs.drTok))
+	if ms.Recovered > 0 || ms.Dropped > 0 {
+		c.log.Info("retried and dropped groups", "step", k, "recovered", ms.Recovered, "dropped", ms.Dropped,
+			"recovered_tokens_per_rollout", round(ms.RecoveredTokensMean), "fresh_tokens_per_rollout", round(ms.FreshTokensMean),
+			"dropped_tokens_per_rollout", round(ms.DroppedTokensMean))
 	}
-	ms.StalenessMean, ms.StalenessMax = sp.staleMean, sp.staleMax
 	genDur := time.Duration(c.figures.genTime.Swap(0))
 	ms.GenSeconds = genDur.Seconds()
 	ms.GenCPUSeconds = time.Duration(c.figures.genCPU.Swap(0)).Seconds()
@@ -111,6 +107,18 @@ func (c *Controller) trainStep(ctx context.Context, k int64, release <-chan stru
 		c.o.Progress(Progress{Step: k, MaxSteps: int64(c.cfg.Run.MaxSteps), Metrics: ms, InFlight: int(c.inFlight.Load())})
 	}
 	return ms, nil
+}
+
+// loggedRow is the part of step k's metrics row that the log determines:
+// what the batch holds, the drops, retries and staleness (RebuildRows
+// computes the same from the log alone).
+func (sp stepPlan) loggedRow() metrics.Step {
+	ms := sp.agg.Step(sp.step, sp.counts)
+	ms.Dropped, ms.Replaced = len(sp.dropList), sp.replaced
+	rs := stepRetryStats(sp.trained, sp.dropList)
+	ms.Recovered, ms.RecoveredTokensMean, ms.FreshTokensMean, ms.DroppedTokensMean = rs.recovered, rs.recoveredTok, rs.freshTok, rs.drTok
+	ms.StalenessMean, ms.StalenessMax = sp.staleMean, sp.staleMax
+	return ms
 }
 
 // seconds converts a config duration; 0 or less means none (a day).
