@@ -178,6 +178,12 @@ func FuzzTrainStepPayload(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
+	// A batch for a step the trainer is not at: 409 step_conflict.
+	ahead, err := encodeBatch(train.Batch{Loss: train.LossPG, Rows: goodRows(), Microbatches: [][]int{{0}, {1}}}, 5)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ahead)
 	for _, edit := range []func(*train.Batch){
 		func(b *train.Batch) { b.Rows = nil },
 		func(b *train.Batch) { clear(b.Rows[0].Mask); clear(b.Rows[1].Mask) },
@@ -208,8 +214,11 @@ func FuzzTrainStepPayload(f *testing.F) {
 			t.Fatalf("HTTP %d, trainer step %d -> %d", w.Code, before.Step, after.Step)
 		}
 		if w.Code != http.StatusOK {
-			var e map[string]errBody
-			if json.Unmarshal(w.Body.Bytes(), &e) != nil || e["error"].Message == "" {
+			// A 409 carries the trainer's step and version beside the error.
+			var e struct {
+				Error errBody `json:"error"`
+			}
+			if json.Unmarshal(w.Body.Bytes(), &e) != nil || e.Error.Message == "" {
 				t.Fatalf("HTTP %d without an error message: %s", w.Code, w.Body.String())
 			}
 		}
