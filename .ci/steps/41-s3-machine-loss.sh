@@ -10,5 +10,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOEXPERIMENT=${GOEXPERIMENT-simd} GOFLAGS=-buildvcs=false GOAMD64=${GOAMD64-v1} GOTOOLCHAIN=local
 LONGHAUL_REQUIRE_S3=1 LONGHAUL_S3_E2E=1 timeout 840 go test -count=1 -timeout 820s \
-  -run 'TestMachineLossStorm|TestTwoControllersOneRun|TestBucketOutageWaitedOut' -v ./testkit/crashtest/ 2>&1 |
+  -run 'TestMachineLossStorm|TestMachineLossTrainerAhead|TestTwoControllersOneRun|TestBucketOutageWaitedOut' -v ./testkit/crashtest/ 2>&1 |
   grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+machineloss_test)'
