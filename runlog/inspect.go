@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/longhaul-rl/longhaul/store"
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
 )
 
 // Report summarises a run directory for `longhaul inspect`. The JSON names
@@ -242,6 +241,24 @@ type RolloutReport struct {
 	EnvSteps    []EnvStepReport    `json:"env_steps"`
 	Compactions []CompactionReport `json:"compactions"`
 	Failures    []FailureReport    `json:"failures"`
+	// ConfigDigest names the run's config (runner.RunTokenizer reads the
+	// tokenizer the calls' text is decoded with from it).
+	ConfigDigest [32]byte `json:"-"`
+}
+
+// Decoder turns token ids into text: the run's tokenizer
+// (tokenizer.Tokenizer).
+type Decoder interface {
+	Decode(ids []int32) string
+}
+
+// Decode fills the calls' text from their token ids with the run's
+// tokenizer; until then a report carries the ids only.
+func (r *RolloutReport) Decode(d Decoder) {
+	for i := range r.Calls {
+		c := &r.Calls[i]
+		c.Prompt, c.PromptSuffix, c.Sampled = d.Decode(c.prompt), d.Decode(c.suffix), d.Decode(c.sampled)
+	}
 }
 
 // AttemptReport is one AttemptStarted.
@@ -267,6 +284,8 @@ type CallReport struct {
 	PromptSuffix string `json:"prompt_suffix"` // the new part of the prompt, decoded
 	Sampled      string `json:"sampled"`
 	SampledCount int    `json:"sampled_tokens"`
+
+	prompt, suffix, sampled []int32 // what Decode turns into text
 }
 
 // EnvStepReport is one EnvStep.
@@ -300,7 +319,8 @@ type FailureReport struct {
 	Reason  string `json:"reason"`
 }
 
-// InspectRollout reports one rollout of the run directory dir.
+// InspectRollout reports one rollout of the run directory dir; its calls'
+// text is filled by Decode with the run's tokenizer.
 func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutReport, error) {
 	var evs []Event
 	f, err := readOnlyFold(ctx, dir, func(_ Offset, ev Event) error {
@@ -328,7 +348,8 @@ func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutRepo
 		}
 	}
 	rep := &RolloutReport{ID: id.String(), PromptID: s.Groups[id.Group].PromptID, Status: r.Status.String(), Outcome: r.Outcome, Reward: r.Reward, Success: r.Success,
-		Attempts: []AttemptReport{}, Calls: []CallReport{}, EnvSteps: []EnvStepReport{}, Compactions: []CompactionReport{}, Failures: []FailureReport{}}
+		Attempts: []AttemptReport{}, Calls: []CallReport{}, EnvSteps: []EnvStepReport{}, Compactions: []CompactionReport{}, Failures: []FailureReport{},
+		ConfigDigest: s.ConfigDigest}
 	_, prompts := Contexts(evs)
 	nc := 0
 	for _, ev := range evs {
@@ -341,8 +362,8 @@ func InspectRollout(ctx context.Context, dir string, id RolloutID) (*RolloutRepo
 				seg = r.Calls[v.Call].Segment
 			}
 			rep.Calls = append(rep.Calls, CallReport{Call: v.Call, Attempt: v.Attempt, Version: v.Version, Segment: seg, Finish: v.Finish, Selected: v.Selected, Reject: v.Reject,
-				PromptPrefix: v.PromptPrefix, PromptTokens: len(prompts[nc]), Prompt: bytetok.Decode(prompts[nc]), PromptSuffix: bytetok.Decode(v.PromptSuffix),
-				Sampled: bytetok.Decode(v.Sampled), SampledCount: len(v.Sampled)})
+				PromptPrefix: v.PromptPrefix, PromptTokens: len(prompts[nc]), SampledCount: len(v.Sampled),
+				prompt: prompts[nc], suffix: v.PromptSuffix, sampled: v.Sampled})
 			nc++
 		case EnvStep:
 			rep.EnvSteps = append(rep.EnvSteps, EnvStepReport{Attempt: v.Attempt, Turn: v.Turn, Action: v.Action, Observation: v.Observation, Reward: v.Reward, Done: v.Done})

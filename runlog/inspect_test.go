@@ -78,6 +78,7 @@ func TestInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rr.Decode(bytetok.Tok{})
 	if len(rr.Calls) != 2 || rr.Calls[0].Prompt != bytetok.Decode(prompt) || rr.Calls[0].Sampled != "yo<|end|>" || rr.Calls[1].Segment != 1 ||
 		len(rr.Failures) != 1 || rr.Failures[0].Class != failure.Infra || len(rr.Compactions) != 1 || len(rr.EnvSteps) != 1 || len(rr.Attempts) != 2 {
 		b, _ := json.MarshalIndent(rr, "", " ")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/longhaul-rl/longhaul/config"
+	"github.com/longhaul-rl/longhaul/rollout"
+	"github.com/longhaul-rl/longhaul/store"
 	lhtok "github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/chat"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
@@ -74,4 +76,23 @@ func BuildChat(cfg *config.Config) (lhtok.Chat, toolcall.Parser, error) {
 			Client: &http.Client{Timeout: 60 * time.Second}}, parser, nil
 	}
 	return nil, nil, fmt.Errorf("tokenizer.source %q: want local or server", t.Source)
+}
+
+// RunTokenizer is the tokenizer of the run in dir whose logged config has
+// digest: the Hugging Face one its tokenizer.path (else model.path)
+// names, or the byte tokenizer of the embedded default.
+func RunTokenizer(dir string, digest [32]byte) (lhtok.Tokenizer, error) {
+	cfg, err := loggedConfig(store.OS, dir, digest)
+	if err != nil {
+		return nil, err
+	}
+	td := TokenizerDir(cfg)
+	if td == "" {
+		return rollout.DefaultChat.Tokenizer(), nil
+	}
+	tok, err := hf.Load(td)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer of the run's config: %w", err)
+	}
+	return tok, nil
 }

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/longhaul-rl/longhaul/metrics"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/longhaul-rl/longhaul/metrics"
 
 	"github.com/longhaul-rl/longhaul/config"
 )

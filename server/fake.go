@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
-
 	"github.com/longhaul-rl/longhaul/gen"
 	"github.com/longhaul-rl/longhaul/internal/rng"
 )
@@ -114,13 +112,13 @@ func (f *Fake) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, 
 			return nil, errors.New("fake generate: empty prompt")
 		}
 		s := rng.Stream(r.Seed, "fake", uint64(v))
-		endable := slices.Contains(r.Stop, bytetok.End)
+		endable := slices.Contains(r.Stop, byteEnd)
 		res := gen.Result{Finish: "length", Version: v}
 		for step := range r.MaxTokens {
 			busy(f.PerToken)
 			t := int32('a' + s.IntN(26))
 			if endable && s.IntN(8) == 0 {
-				t = bytetok.End
+				t = byteEnd
 			}
 			res.Tokens = append(res.Tokens, t)
 			res.Logprobs = append(res.Logprobs, FakeLogprob(t, step))
@@ -136,7 +134,7 @@ func (f *Fake) Generate(ctx context.Context, reqs []gen.Request) ([]gen.Result, 
 
 // FakeLogprob is the logprob Fake gives token t at step i.
 func FakeLogprob(t int32, i int) float32 {
-	if t == bytetok.End {
+	if t == byteEnd {
 		return -0.5 - float32(i)/1024
 	}
 	return -(1+float32(t-'a'))/32 - float32(i)/1024

@@ -49,6 +49,9 @@ func ByteText() Text {
 	return Text{Tok: bytetok.Tok{}, Chat: byteChat{}, Prefix: []int32{bytetok.BOS}, EOS: []int32{bytetok.EOS}, TurnEnd: []int32{bytetok.End}}
 }
 
+// byteEnd is the byte template's end of a message (Fake's stop token).
+const byteEnd = bytetok.End
+
 // byteChat is bytetok.Chat with the checks a server needs: a role the
 // template lacks is an error naming the message, and OpenAI's "developer"
 // is the system role.

@@ -8,11 +8,10 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/longhaul-rl/longhaul/tokenizer/bytetok"
-
 	"github.com/spf13/cobra"
 
 	"github.com/longhaul-rl/longhaul/runlog"
+	"github.com/longhaul-rl/longhaul/runner"
 	"github.com/longhaul-rl/longhaul/runview"
 	"github.com/longhaul-rl/longhaul/store/bucket"
 	"github.com/longhaul-rl/longhaul/store/mirror"
@@ -73,6 +72,11 @@ the sampler's logprob and the advantage.`,
 				if err != nil {
 					return err
 				}
+				tok, err := runner.RunTokenizer(dir, r.ConfigDigest)
+				if err != nil {
+					return err
+				}
+				r.Decode(tok)
 				var tr *runview.Rows
 				if rows || toks {
 					if tr, err = runview.TrainingRows(ctx, dir, id, toks); err != nil {
@@ -89,7 +93,7 @@ the sampler's logprob and the advantage.`,
 					return err
 				}
 				if tr != nil {
-					writeRows(out, tr)
+					writeRows(out, tr, tok)
 				}
 				return nil
 			}
@@ -137,7 +141,7 @@ func writeList(w io.Writer, rs []runview.Row) error {
 	return tw.Flush()
 }
 
-func writeRows(w io.Writer, r *runview.Rows) {
+func writeRows(w io.Writer, r *runview.Rows, tok runlog.Decoder) {
 	fmt.Fprintf(w, "\ntraining rows: reward %g, group mean %.4f, std %.4f -> advantage %.4f\n", r.Reward, r.GroupMean, r.GroupStd, r.Advantage)
 	for _, s := range r.Segments {
 		masked := ""
@@ -153,9 +157,9 @@ func writeRows(w io.Writer, r *runview.Rows) {
 		fmt.Fprintln(tw, "    POS\tTOKEN\tTEXT\tTRAIN\tLOGPROB\tADVANTAGE")
 		for _, t := range s.PerToken {
 			if t.Trainable {
-				fmt.Fprintf(tw, "    %d\t%d\t%q\tyes\t%.4f\t%.4f\n", t.Pos, t.Token, bytetok.Decode([]int32{t.Token}), t.Logprob, t.Advantage)
+				fmt.Fprintf(tw, "    %d\t%d\t%q\tyes\t%.4f\t%.4f\n", t.Pos, t.Token, tok.Decode([]int32{t.Token}), t.Logprob, t.Advantage)
 			} else {
-				fmt.Fprintf(tw, "    %d\t%d\t%q\t-\t\t\n", t.Pos, t.Token, bytetok.Decode([]int32{t.Token}))
+				fmt.Fprintf(tw, "    %d\t%d\t%q\t-\t\t\n", t.Pos, t.Token, tok.Decode([]int32{t.Token}))
 			}
 		}
 		tw.Flush()

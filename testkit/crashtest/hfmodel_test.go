@@ -3,6 +3,7 @@ package crashtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,45 @@ func TestHFModelRun(t *testing.T) {
 		t.Fatalf("resumed run differs: %s", res.Difference)
 	}
 	checkPrompts(t, filepath.Join(work, "reference"), modelDir)
+	checkInspectDecodes(t, bin, filepath.Join(work, "reference"))
+}
+
+// checkInspectDecodes: `longhaul inspect DIR rollout ID` shows a call's
+// text decoded with the run's tokenizer (Qwen3's, read from the run's
+// logged config), not the byte tokenizer of the default model.
+func checkInspectDecodes(t *testing.T, bin, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := runlog.Open(ctx, dir, runlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	err = l.Events(ctx, func(_ runlog.Offset, ev runlog.Event) error {
+		if e, ok := ev.(runlog.CallFinished); ok && id == "" {
+			id = e.Rollout.String()
+		}
+		return nil
+	})
+	l.Close()
+	if err != nil || id == "" {
+		t.Fatalf("no call in the log: %v", err)
+	}
+	out, err := exec.Command(bin, "inspect", dir, "rollout", id, "--json").Output()
+	if err != nil {
+		t.Fatalf("inspect rollout %s: %v", id, err)
+	}
+	var r struct {
+		Calls []struct {
+			Prompt string `json:"prompt"`
+		} `json:"calls"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil || len(r.Calls) == 0 {
+		t.Fatalf("inspect rollout %s: %v\n%s", id, err, out)
+	}
+	if p := r.Calls[0].Prompt; !strings.HasPrefix(p, "<|im_start|>user\n") {
+		t.Fatalf("inspect shows the first prompt as %.80q: not decoded with the run's Qwen3 tokenizer", p)
+	}
 }
 
 // checkPrompts replays every rollout of the log against the Qwen3
