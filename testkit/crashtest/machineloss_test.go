@@ -87,11 +87,12 @@ func (n *node) killedBySignal() bool {
 
 // storm loses the machine kills times, then runs the run to its end on a
 // fresh one, and pulls the bucket's copy of it into a local directory.
-func storm(t *testing.T, bin string, srv *s3test.Server, c *bucket.Client, prefix string, kills int, seed uint64, typical time.Duration, args []string) string {
+// perStep is how long a step of the uninterrupted run took.
+func storm(t *testing.T, bin string, srv *s3test.Server, c *bucket.Client, prefix string, kills int, seed uint64, perStep time.Duration, args []string) string {
 	t.Helper()
 	url := "s3://" + c.Bucket() + "/" + prefix
 	r := rand.New(rand.NewPCG(seed, 0x6d61))
-	lost := 0
+	lost, prev := 0, 0 // prev: the most steps a lost machine's cache held
 	for i := 0; lost < kills; i++ {
 		if i > 3*kills {
 			t.Fatalf("only %d of %d machine losses landed", lost, kills)
@@ -104,17 +105,28 @@ func storm(t *testing.T, bin string, srv *s3test.Server, c *bucket.Client, prefi
 			how = "crash point " + crashAt
 			n = startNode(t, bin, srv.Env(), url, cache, crashAt, args...)
 		} else {
-			// The lease wait (store.lease_s=1) comes first, then the run.
-			d := 1500*time.Millisecond + time.Duration(float64(typical)*(0.05+0.3*r.Float64()))
-			how = "timer " + d.Round(time.Millisecond).String()
+			// Lost at a random moment of the first two steps it trains beyond
+			// every earlier machine's progress: each machine moves the
+			// run on by a step or two, so the storm ends before the run
+			// does however fast the machine, and the lease wait
+			// (store.lease_s=1) does not count.
+			d := time.Duration(2 * float64(perStep) * r.Float64())
+			how = fmt.Sprintf("%s after step %d", d.Round(time.Millisecond), prev+1)
 			n = startNode(t, bin, srv.Env(), url, cache, "", args...)
-			go func() {
+			go func(after int) {
+				for lines(cache) < after {
+					select {
+					case <-n.done:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
 				select {
 				case <-time.After(d):
 					n.cmd.Process.Signal(syscall.SIGKILL)
 				case <-n.done:
 				}
-			}()
+			}(prev + 1)
 		}
 		<-n.done
 		switch {
@@ -126,6 +138,7 @@ func storm(t *testing.T, bin string, srv *s3test.Server, c *bucket.Client, prefi
 		default:
 			t.Fatalf("the run finished after %d of %d machine losses: make it longer", lost, kills)
 		}
+		prev = max(prev, lines(cache))
 		if err := os.RemoveAll(cache); err != nil { // the disk goes with the machine
 			t.Fatal(err)
 		}
@@ -177,7 +190,7 @@ func TestMachineLossStormDeterministic(t *testing.T) {
 	ref := filepath.Join(t.TempDir(), "ref")
 	t0 := time.Now()
 	train(t, bin, tinyConfig(t), ref, "run.max_steps=30")
-	pulled := storm(t, bin, srv, c, "storm-det", 10, 5, time.Since(t0), stormArgs)
+	pulled := storm(t, bin, srv, c, "storm-det", 10, 5, time.Since(t0)/30, stormArgs)
 	ctx := context.Background()
 	a, err := Summarize(ctx, ref)
 	if err != nil {
@@ -200,7 +213,7 @@ func TestMachineLossStormThroughput(t *testing.T) {
 	ref := filepath.Join(t.TempDir(), "ref")
 	t0 := time.Now()
 	train(t, bin, tinyConfig(t), ref, "run.max_steps=60", "run.mode=throughput")
-	pulled := storm(t, bin, srv, c, "storm-tp", 10, 9, time.Since(t0), append(slices.Clone(stormArgs), "run.mode=throughput", "run.max_steps=60"))
+	pulled := storm(t, bin, srv, c, "storm-tp", 10, 9, time.Since(t0)/60, append(slices.Clone(stormArgs), "run.mode=throughput", "run.max_steps=60"))
 	checkTrainedOnceInOrder(t, pulled, 60)
 }
 
