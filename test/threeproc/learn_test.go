@@ -36,7 +36,7 @@ var learnArgs = []string{"warmstart.lr=1e-2", "rollout_failure.max_skipped_promp
 
 // The PyTorch trainer's flags for qwen3-guess.yaml's optimizer and loss
 // (its optim section over docs/config.md's defaults).
-var learnFlags = []string{"--threads", "1", "--device", "cpu", "--lr", "1e-3", "--min-lr", "0.0001", "--warmup-steps", "2",
+var learnFlags = []string{"--threads", "2", "--device", "cpu", "--lr", "1e-3", "--min-lr", "0.0001", "--warmup-steps", "2",
 	"--total-steps", "5", "--schedule", "constant", "--weight-decay", "0", "--beta1", "0.9", "--beta2", "0.99", "--eps", "1e-8",
 	"--grad-clip", "1", "--clip-low", "0.2", "--clip-high", "0.28", "--norm", "token_mean", "--log-level", "WARNING"}
 
