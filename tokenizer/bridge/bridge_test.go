@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/internal/race"
+
 	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/chat"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
@@ -95,6 +97,9 @@ type jsReq struct {
 // history, which append keeps and rerender declares as boundaries. The full
 // renders themselves equal the JavaScript reference's.
 func TestTwentyTurnsTokenExact(t *testing.T) {
+	if race.Enabled {
+		t.Skip("compares the real tokenizers over a corpus, for tens of seconds under -race: run without it (.ci/steps/13-tokenizers.sh does)")
+	}
 	type setup struct {
 		model  string
 		kwargs map[string]any

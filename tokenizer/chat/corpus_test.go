@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/internal/race"
+
 	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
 	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
@@ -22,6 +24,9 @@ import (
 // where the JavaScript reference departs from Python to those), so on
 // those Go equals both.
 func TestReferenceCorpus(t *testing.T) {
+	if race.Enabled {
+		t.Skip("compares the real tokenizers over a corpus, for tens of seconds under -race: run without it (.ci/steps/13-tokenizers.sh does)")
+	}
 	items, refs := tokref.Corpus(t)
 	type model struct {
 		native, engine Chat

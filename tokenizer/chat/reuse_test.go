@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/internal/race"
+
 	"github.com/longhaul-rl/longhaul/tokenizer"
 	"github.com/longhaul-rl/longhaul/tokenizer/hf"
 	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
@@ -19,6 +21,9 @@ import (
 // RenderTokens' ids: reused template values never leak from one
 // conversation into another.
 func TestRenderEncodingReuse(t *testing.T) {
+	if race.Enabled {
+		t.Skip("compares the real tokenizers over a corpus, for tens of seconds under -race: run without it (.ci/steps/13-tokenizers.sh does)")
+	}
 	for _, model := range tokref.Models {
 		t.Run(model, func(t *testing.T) {
 			dir := tokref.ModelDir(t, model)

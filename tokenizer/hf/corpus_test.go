@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/internal/race"
+
 	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
 )
 
@@ -14,6 +16,9 @@ import (
 // controls, digit and whitespace runs, special tokens) and compares the
 // ids and their decoding with @huggingface/transformers.
 func TestReferenceCorpus(t *testing.T) {
+	if race.Enabled {
+		t.Skip("compares the real tokenizers over a corpus, for tens of seconds under -race: run without it (.ci/steps/13-tokenizers.sh does)")
+	}
 	items, refs := tokref.Corpus(t)
 	toks := map[string]*Tokenizer{}
 	bad, n := 0, map[string]int{}

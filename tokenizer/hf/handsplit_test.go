@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/longhaul-rl/longhaul/internal/race"
+
 	"github.com/dlclark/regexp2"
 
 	"github.com/longhaul-rl/longhaul/tokenizer/internal/tokref"
@@ -88,6 +90,9 @@ func TestHandSplitMatchesRegexp(t *testing.T) {
 // written for (a changed character would quietly fall back to regexp2),
 // and an unknown pattern still runs on regexp2.
 func TestRealTokenizersUseHandSplit(t *testing.T) {
+	if race.Enabled {
+		t.Skip("compares the real tokenizers over a corpus, for tens of seconds under -race: run without it (.ci/steps/13-tokenizers.sh does)")
+	}
 	for _, model := range tokref.Models {
 		tok, err := Load(tokref.ModelDir(t, model))
 		if err != nil {
