@@ -19,7 +19,7 @@ import (
 // trainer (`longhaul serve-trainer`) and the generation server
 // (`longhaul serve`), on machines of their own, have run ahead of what
 // the bucket holds: the bucket ships only at checkpoints here, so at the
-// loss it holds step 5's checkpoint while the trainer has applied later
+// loss it holds step 6's checkpoint while the trainer has applied later
 // steps and the server serves their weights. The controller started on a
 // fresh machine loads the bucket's checkpoint into the trainer, rewinds,
 // publishes it to the server, and the deterministic run ends with the
@@ -36,9 +36,10 @@ func TestMachineLossTrainerAhead(t *testing.T) {
 	startReadme(t, bin, work, gport, "serve", "--config", tinyConfig(t))
 	url := "s3://" + c.Bucket() + "/ahead"
 	// No sync clock and no snapshot in the run: the bucket moves at
-	// checkpoints (every 5 steps) only.
+	// checkpoints (steps 6 and 12) only: a loss at step 7 to 11 leaves the
+	// trainer ahead.
 	args := []string{fmt.Sprintf("run.max_steps=%d", steps), "store.lease_s=1", "store.sync_interval_s=3600",
-		"rollout_checkpointing.snapshot_attempt_interval_s=3600", "checkpointing.save_period=5",
+		"rollout_checkpointing.snapshot_attempt_interval_s=3600", "checkpointing.save_period=6",
 		"generator.kind=openai", fmt.Sprintf("generator.urls=http://127.0.0.1:%d/v1", gport),
 		"trainer.kind=remote", fmt.Sprintf("trainer.url=http://127.0.0.1:%d", tport)}
 
@@ -90,17 +91,24 @@ func TestMachineLossTrainerAhead(t *testing.T) {
 	if _, err := mirror.Pull(ctx, c, "ahead", final); err != nil {
 		t.Fatal(err)
 	}
-	a, err := Summarize(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Summarize(ctx, final)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := Compare(a, b); d != "" {
+	if d := differs(t, ref, final); d != "" {
 		t.Fatalf("resumed with the trainer and server ahead of the bucket, the run differs from the uninterrupted one: %s\n%s", d, tail(second.out.String(), 40))
 	}
+}
+
+// differs summarizes two run directories and returns how they differ
+// (Compare), "" when equal.
+func differs(t *testing.T, a, b string) string {
+	t.Helper()
+	sa, err := Summarize(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := Summarize(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Compare(sa, sb)
 }
 
 // remoteTrainerStep asks a `longhaul serve-trainer` for its step.

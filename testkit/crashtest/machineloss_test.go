@@ -191,16 +191,7 @@ func TestMachineLossStormDeterministic(t *testing.T) {
 	t0 := time.Now()
 	train(t, bin, tinyConfig(t), ref, "run.max_steps=30")
 	pulled := storm(t, bin, srv, c, "storm-det", 10, 5, time.Since(t0)/30, stormArgs)
-	ctx := context.Background()
-	a, err := Summarize(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Summarize(ctx, pulled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := Compare(a, b); d != "" {
+	if d := differs(t, ref, pulled); d != "" {
 		t.Fatalf("after 10 machine losses the run differs from the uninterrupted one: %s", d)
 	}
 }
@@ -355,15 +346,7 @@ func TestTwoControllersOneRun(t *testing.T) {
 	if _, err := mirror.Pull(context.Background(), c, "two", pulled); err != nil {
 		t.Fatal(err)
 	}
-	a, err := Summarize(context.Background(), ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Summarize(context.Background(), pulled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := Compare(a, b); d != "" {
+	if d := differs(t, ref, pulled); d != "" {
 		t.Fatalf("the run taken over differs from the uninterrupted one: %s", d)
 	}
 }
@@ -416,15 +399,7 @@ func TestBucketOutageWaitedOut(t *testing.T) {
 	if _, err := mirror.Pull(context.Background(), c, "run", pulled); err != nil {
 		t.Fatal(err)
 	}
-	a, err := Summarize(context.Background(), cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Summarize(context.Background(), pulled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := Compare(a, b); d != "" {
+	if d := differs(t, cache, pulled); d != "" {
 		t.Fatalf("after the outage the bucket's copy differs from the run: %s", d)
 	}
 }
