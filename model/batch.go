@@ -75,7 +75,7 @@ func (ws *workspace) growProbs(H, pper int) {
 func (m *Model) forwardBatch(ws *workspace, b *batch) {
 	c := m.cfg
 	n, d, H, K, hd, T := b.n, c.Dim, c.Heads, c.KVHeads, c.HeadDim, ws.T
-	half, rep, q, kvw := hd/2, H/K, H*hd, K*hd
+	rep, q := H/K, H*hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	eps := float32(c.NormEps)
 	ws.growProbs(H, b.pper)
@@ -92,19 +92,7 @@ func (m *Model) forwardBatch(ws *workspace, b *batch) {
 		for i, toks := range b.toks {
 			o := b.off[i]
 			for pos := range toks {
-				r := o + pos
-				cs, sn := m.cos[pos*half:(pos+1)*half], m.sin[pos*half:(pos+1)*half]
-				for h := range H {
-					dst := a.q[(h*T+r)*hd : (h*T+r+1)*hd]
-					copy(dst, qn[r*q+h*hd:])
-					ropeForward(dst, cs, sn)
-				}
-				for g := range K {
-					dst := lkv.k[(g*T+r)*hd : (g*T+r+1)*hd]
-					copy(dst, kn[r*kvw+g*hd:])
-					ropeForward(dst, cs, sn)
-					copy(lkv.v[(g*T+r)*hd:(g*T+r+1)*hd], ws.vr[r*kvw+g*hd:])
-				}
+				m.ropeRow(a.q, lkv.k, lkv.v, qn, kn, ws.vr, o+pos, pos, T, o+pos, T)
 			}
 			for h := range H {
 				g, at := h/rep, (h*T+o)*hd

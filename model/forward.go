@@ -202,6 +202,29 @@ func (m *Model) mlp(lp *layerParams, out, ln, gate, up, sig, act []float32, n, p
 	linForward(out, act, lp.wdown, nil, n, f, d, true, par)
 }
 
+// ropeRow splits row r of the projected queries, keys and values (qn, kn,
+// vr) into heads at position pos, queries and keys rotated (RoPE): query
+// head h to row r of q's T-row block for h, key and value head g to row kr
+// of k's and v's kT-row blocks for g. Prefill and training share it, so
+// both store the same rotated values.
+func (m *Model) ropeRow(q, k, v, qn, kn, vr []float32, r, pos, T, kr, kT int) {
+	c := m.cfg
+	H, K, hd := c.Heads, c.KVHeads, c.HeadDim
+	half, qw, kvw := hd/2, H*hd, K*hd
+	cs, sn := m.cos[pos*half:(pos+1)*half], m.sin[pos*half:(pos+1)*half]
+	for h := range H {
+		dst := q[(h*T+r)*hd : (h*T+r+1)*hd]
+		copy(dst, qn[r*qw+h*hd:])
+		ropeForward(dst, cs, sn)
+	}
+	for g := range K {
+		dst := k[(g*kT+kr)*hd : (g*kT+kr+1)*hd]
+		copy(dst, kn[r*kvw+g*hd:])
+		ropeForward(dst, cs, sn)
+		copy(v[(g*kT+kr)*hd:(g*kT+kr+1)*hd], vr[r*kvw+g*hd:])
+	}
+}
+
 // forward runs positions p0..p0+len(toks)−1 of one sequence (inference:
 // prefill, Logprobs). kv holds the keys and values of positions < p0 and
 // receives the new ones. It leaves the logits in ws.logits: every row's;
@@ -210,7 +233,7 @@ func (m *Model) mlp(lp *layerParams, out, ln, gate, up, sig, act []float32, n, p
 func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv *kvCache, lastOnly bool) {
 	c := m.cfg
 	n, d, H, K, hd, T := len(toks), c.Dim, c.Heads, c.KVHeads, c.HeadDim, ws.T
-	half, rep, q, kvw, kT := hd/2, H/K, H*hd, K*hd, kv.T
+	rep, q, kT := H/K, H*hd, kv.T
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	eps := float32(c.NormEps)
 	par := ws.par
@@ -224,19 +247,7 @@ func (m *Model) forward(ws *workspace, toks []int32, p0 int, kv *kvCache, lastOn
 		qn, kn := m.qkv(lp, a.ln1, a.qraw, a.kraw, ws.vr, a.qrstd, a.krstd, ws.qn, ws.kn, n, par)
 		// split heads: q into the workspace, k and v into the store
 		for r := range n {
-			pos := p0 + r
-			cs, sn := m.cos[pos*half:(pos+1)*half], m.sin[pos*half:(pos+1)*half]
-			for h := range H {
-				dst := a.q[(h*T+r)*hd : (h*T+r+1)*hd]
-				copy(dst, qn[r*q+h*hd:])
-				ropeForward(dst, cs, sn)
-			}
-			for g := range K {
-				dst := lkv.k[(g*kT+pos)*hd : (g*kT+pos+1)*hd]
-				copy(dst, kn[r*kvw+g*hd:])
-				ropeForward(dst, cs, sn)
-				copy(lkv.v[(g*kT+pos)*hd:(g*kT+pos+1)*hd], ws.vr[r*kvw+g*hd:])
-			}
+			m.ropeRow(a.q, lkv.k, lkv.v, qn, kn, ws.vr, r, p0+r, T, p0+r, kT)
 		}
 		ps := attnBlock * m.ctx
 		if len(ws.iprobs) < H*ps {
